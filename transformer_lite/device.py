@@ -1,0 +1,45 @@
+"""Where tensors live and how runs are made repeatable (used in every chapter).
+"""
+
+import os
+import random
+
+import torch
+
+__all__ = ["default_device", "seed_everything"]
+
+
+def default_device() -> torch.device:
+    """The best device available: CUDA, then Apple's MPS, then the CPU.
+
+    Set the environment variable ``TRANSFORMER_LITE_DEVICE`` (for example to
+    ``cpu``) to override the choice.
+    """
+    wanted = os.environ.get("TRANSFORMER_LITE_DEVICE")
+    if wanted:
+        return torch.device(wanted)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python's, NumPy's (when installed) and torch's generators.
+
+    Returns a ``torch.Generator`` seeded with the same value, for code that
+    prefers an explicit generator to the global one.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    random.seed(seed)
+    try:
+        import numpy as np
+    except ImportError:  # numpy is optional for the package
+        pass
+    else:
+        np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
