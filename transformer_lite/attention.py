@@ -198,7 +198,9 @@ class MultiHeadAttention(nn.Module):
     ) -> Tensor:
         """PyTorch's fused kernel, with the same fully-masked-row rule."""
         p = self.dropout_p if self.training else 0.0
-        x = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)
+        x = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=p
+        )
         if mask is not None:
             # A query row with no allowed key: zeros, as in the plain path.
             x = x.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)

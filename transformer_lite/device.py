@@ -1,5 +1,4 @@
-"""Where tensors live and how runs are made repeatable (used in every chapter).
-"""
+"""Where tensors live and how runs are made repeatable (all chapters)."""
 
 import os
 import random

@@ -71,8 +71,9 @@ def _check_layer(m: nn.Module, kind: type) -> None:
     if not m.self_attn.batch_first:
         raise ValueError("only batch_first=True layers are supported")
     if m.activation is not F.relu and not isinstance(m.activation, nn.ReLU):
-        raise ValueError(f"only ReLU activation is supported, got "
-                         f"{m.activation}")
+        raise ValueError(
+            f"only ReLU activation is supported, got {m.activation}"
+        )
     if m.norm1.eps != 1e-5 or not m.norm1.elementwise_affine:
         raise ValueError("only LayerNorm(eps=1e-5) with affine weights")
     _check_mha(m.self_attn)

@@ -37,11 +37,20 @@ class TransformerConfig:
     pad_id: int = 0  # the padding token id, the same in both vocabularies
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab", "tgt_vocab", "n_layers", "d_model", "d_ff",
-                     "n_heads", "max_len"):
+        for name in (
+            "src_vocab",
+            "tgt_vocab",
+            "n_layers",
+            "d_model",
+            "d_ff",
+            "n_heads",
+            "max_len",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
+                raise ValueError(
+                    f"{name} must be a positive int, got {value!r}"
+                )
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads "
@@ -88,8 +97,14 @@ class Transformer(nn.Module):
         self.positional = SinusoidalPositionalEncoding(
             c.d_model, c.dropout, c.max_len
         )
-        stack = (c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout,
-                 c.norm_first)
+        stack = (
+            c.n_layers,
+            c.d_model,
+            c.n_heads,
+            c.d_ff,
+            c.dropout,
+            c.norm_first,
+        )
         self.encoder = Encoder(*stack)
         self.decoder = Decoder(*stack)
         self.generator = nn.Linear(c.d_model, c.tgt_vocab)
@@ -141,8 +156,7 @@ class Transformer(nn.Module):
         tgt: Tensor,
         tgt_mask: Tensor | None = None,
     ) -> Tensor:
-        """Memory (B, S, C) and target ids (B, T) -> hidden states (B, T, C).
-        """
+        """Memory (B, S, C) and target ids (B, T) -> hidden (B, T, C)."""
         self._check_tokens(tgt, self.config.tgt_vocab, "tgt")
         if tgt_mask is None:
             tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
@@ -179,4 +193,6 @@ class Transformer(nn.Module):
 def make_model(src_vocab: int, tgt_vocab: int, **config_fields) -> Transformer:
     """Build a :class:`Transformer`; keyword arguments are
     :class:`TransformerConfig` fields (defaults: the paper's base model)."""
-    return Transformer(TransformerConfig(src_vocab, tgt_vocab, **config_fields))
+    return Transformer(
+        TransformerConfig(src_vocab, tgt_vocab, **config_fields)
+    )

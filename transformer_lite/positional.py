@@ -40,7 +40,9 @@ def sinusoidal_table(
     if not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"max_len must be a positive int, got {max_len!r}")
     if not isinstance(d_model, int) or d_model < 2 or d_model % 2:
-        raise ValueError(f"d_model must be a positive even int, got {d_model!r}")
+        raise ValueError(
+            f"d_model must be a positive even int, got {d_model!r}"
+        )
     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (C/2,)
     angle = pos / base ** (two_i / d_model)  # (L, C/2)

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["attention_chart", "heatmap", "mask_chart"]
+__all__ = ["attention_chart", "heads_chart", "heatmap", "mask_chart"]
 
 
 def _labels(labels: Sequence | None, n: int) -> list[str]:
@@ -112,4 +112,79 @@ def mask_chart(mask: Tensor, title: str = "Mask (True = may attend)"):
         y_title="query position",
         value_title="may attend",
         scheme="greys",
+    )
+
+
+def heads_chart(
+    weights: Tensor,
+    queries: Sequence | None = None,
+    keys: Sequence | None = None,
+    *,
+    title: str = "Attention weights per head",
+    head_names: Sequence[str] | None = None,
+    size: int = 170,
+):
+    """One attention heatmap per head, side by side on one colour scale.
+
+    Args:
+        weights: the attention weights of one example, e.g.
+            ``attn.weights[0]`` after a forward pass with
+            ``attn.keep_weights = True``.
+        queries, keys: token labels for the axes (default: positions).
+        head_names: a title per panel (default: "head 0", "head 1", ...).
+
+    Shape:
+        weights: (H, Lq, Lk).
+    """
+    import altair as alt
+    import pandas as pd
+
+    if weights.dim() != 3:
+        raise ValueError(
+            f"weights must be (H, Lq, Lk), got {tuple(weights.shape)}"
+        )
+    values = weights.detach().float().cpu()
+    n_heads, rows, cols = values.shape
+    ys, xs = _labels(queries, rows), _labels(keys, cols)
+    if head_names is None:
+        head_names = [f"head {h}" for h in range(n_heads)]
+    if len(head_names) != n_heads:
+        raise ValueError(
+            f"expected {n_heads} head names, got {len(head_names)}"
+        )
+    heads = list(head_names)
+    frame = pd.DataFrame(
+        [
+            {
+                "head": heads[h],
+                "query": ys[i],
+                "key": xs[j],
+                "weight": float(values[h, i, j]),
+            }
+            for h in range(n_heads)
+            for i in range(rows)
+            for j in range(cols)
+        ]
+    )
+    return (
+        alt.Chart(frame)
+        .mark_rect()
+        .encode(
+            x=alt.X("key:N", sort=xs, title="key"),
+            y=alt.Y("query:N", sort=ys, title="query"),
+            color=alt.Color(
+                "weight:Q",
+                title="weight",
+                scale=alt.Scale(scheme="blues", domain=[0, 1]),
+            ),
+            tooltip=[
+                alt.Tooltip("head:N"),
+                alt.Tooltip("query:N"),
+                alt.Tooltip("key:N"),
+                alt.Tooltip("weight:Q", format=".3f"),
+            ],
+        )
+        .properties(width=size, height=size)
+        .facet(column=alt.Column("head:N", sort=heads, title=None))
+        .properties(title=title)
     )

@@ -1,0 +1,285 @@
+"""Attention against PyTorch's own: F.scaled_dot_product_attention and
+nn.MultiheadAttention, outputs and gradients, plus invariants and errors."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from conftest import assert_close, random_padding
+from torch import nn
+
+from transformer_lite.attention import (
+    MultiHeadAttention,
+    scaled_dot_product_attention,
+)
+from transformer_lite.interop import from_torch_mha
+from transformer_lite.masks import causal_mask, to_torch_attn_mask
+
+SHAPES = [  # (B, H, Lq, Lk, D)
+    (1, 1, 1, 1, 1),
+    (2, 3, 5, 7, 8),
+    (3, 2, 9, 4, 16),
+    (1, 4, 16, 16, 32),
+]
+
+
+def random_mask(shape, generator):
+    """A random bool mask with at least one allowed key per query row."""
+    mask = torch.rand(shape, generator=generator) > 0.4
+    mask[..., 0] = True
+    return mask
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("masked", [False, True])
+def test_sdpa_equals_torch(shape, masked, dtype, device):
+    g = torch.Generator().manual_seed(sum(shape))
+    B, H, Lq, Lk, D = shape
+    q = torch.randn(B, H, Lq, D, generator=g, dtype=dtype)
+    k = torch.randn(B, H, Lk, D, generator=g, dtype=dtype)
+    v = torch.randn(B, H, Lk, D, generator=g, dtype=dtype)
+    mask = random_mask((B, 1, Lq, Lk), g).to(device) if masked else None
+    q, k, v = (t.to(device).requires_grad_() for t in (q, k, v))
+
+    ours, weights = scaled_dot_product_attention(q, k, v, mask)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert_close(ours, theirs, dtype, "outputs differ")
+
+    grad = torch.randn_like(ours)
+    ours_grads = torch.autograd.grad(ours, (q, k, v), grad)
+    theirs_grads = torch.autograd.grad(theirs, (q, k, v), grad)
+    for name, a, b in zip("qkv", ours_grads, theirs_grads, strict=True):
+        assert_close(a, b, dtype, f"gradient of {name} differs")
+
+
+def test_weights_are_a_distribution_over_allowed_keys():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 6, 4, generator=g) for _ in range(3))
+    mask = random_mask((2, 1, 6, 6), g)
+    _, weights = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, 6))
+    assert (weights.masked_select(~mask.expand_as(weights)) == 0).all()
+    assert (weights >= 0).all()
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str
+)
+def test_fully_masked_row_gives_zeros_not_nan(dtype, device):
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(1, 2, 4, 8, generator=g) for _ in range(3))
+    q, k, v = (t.to(device, dtype).requires_grad_() for t in (q, k, v))
+    mask = causal_mask(4, device).unsqueeze(0).clone()  # (1, 1, 4, 4)
+    mask[..., 2, :] = False  # query 2 may attend to nothing
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert torch.isfinite(out).all()
+    assert (weights[..., 2, :] == 0).all() and (out[..., 2, :] == 0).all()
+    # other rows are unaffected and still sum to one
+    rows = weights[..., [0, 1, 3], :].float().sum(-1)
+    torch.testing.assert_close(rows, torch.ones_like(rows), atol=1e-2, rtol=0)
+    out.float().sum().backward()
+    for t in (q, k, v):
+        assert torch.isfinite(t.grad).all()
+
+
+def test_sdpa_rejects_bad_input():
+    q = torch.randn(2, 5, 8)
+    with pytest.raises(
+        ValueError,
+        match=r"last dimension.*\(2, 5, 8\).*"
+        r"\(2, 5, 4\)",
+    ):
+        scaled_dot_product_attention(q, torch.randn(2, 5, 4), q)
+    with pytest.raises(ValueError, match="same length"):
+        scaled_dot_product_attention(q, q, torch.randn(2, 6, 8))
+    with pytest.raises(ValueError, match="bool"):
+        scaled_dot_product_attention(q, q, q, torch.ones(2, 5, 5))
+    with pytest.raises(ValueError, match="does not broadcast"):
+        scaled_dot_product_attention(
+            q, q, q, torch.ones(2, 4, 5, dtype=torch.bool)
+        )
+    with pytest.raises(ValueError, match="number of dimensions"):
+        scaled_dot_product_attention(q, q[0], q[0])
+
+
+# --- MultiHeadAttention against nn.MultiheadAttention ----------------------
+
+MHA_CASES = [  # (C, H, B, Lq, Lk, cross, mask kind)
+    (8, 1, 1, 3, 3, False, None),
+    (16, 4, 2, 6, 6, False, "causal"),
+    (16, 4, 3, 6, 6, False, "padding"),
+    (24, 3, 2, 5, 9, True, "padding"),
+    (32, 8, 2, 4, 7, True, None),
+    (12, 2, 2, 7, 7, False, "both"),
+]
+
+
+def make_pair(C, H, dtype, device, bias=True, seed=0):
+    torch.manual_seed(seed)
+    theirs = nn.MultiheadAttention(C, H, bias=bias, batch_first=True)
+    theirs = theirs.to(device, dtype)
+    return from_torch_mha(theirs), theirs
+
+
+def build_mask(kind, B, Lq, Lk, device):
+    """Our mask (True = may attend) with a head axis, or None."""
+    if kind is None:
+        return None
+    lengths = [max(1, Lk - 2 * b) for b in range(B)]
+    padding = random_padding(lengths, Lk, device)  # (B, 1, Lk)
+    if kind == "padding":
+        return padding
+    causal = causal_mask(Lq, device)  # (1, Lq, Lq)
+    return causal if kind == "causal" else causal & padding
+
+
+def torch_mask(mask, H, Lq, Lk):
+    """Our (B or 1, Lq or 1, Lk) mask as nn.MultiheadAttention's attn_mask."""
+    flipped = to_torch_attn_mask(mask)  # True = masked out
+    if flipped.size(0) == 1:
+        return flipped[0].expand(Lq, Lk)
+    flipped = flipped.expand(-1, Lq, Lk)  # (B, Lq, Lk)
+    return flipped.repeat_interleave(H, dim=0)  # (B * H, Lq, Lk)
+
+
+@pytest.mark.parametrize("case", MHA_CASES, ids=str)
+def test_mha_equals_torch(case, dtype, device):
+    C, H, B, Lq, Lk, cross, kind = case
+    ours, theirs = make_pair(C, H, dtype, device)
+    ours.eval(), theirs.eval()
+    g = torch.Generator().manual_seed(C + Lq)
+    x = torch.randn(B, Lq, C, generator=g, dtype=dtype).to(device)
+    memory = torch.randn(B, Lk, C, generator=g, dtype=dtype).to(device)
+    x_ref = x.clone().requires_grad_()
+    x.requires_grad_()
+    kv, kv_ref = (memory, memory) if cross else (x, x_ref)
+    mask = build_mask(kind, B, Lq, kv.size(1), device)
+
+    out = ours(x, kv, kv, mask)
+    ref, _ = theirs(
+        x_ref,
+        kv_ref,
+        kv_ref,
+        attn_mask=(
+            None if mask is None else torch_mask(mask, H, Lq, kv.size(1))
+        ),
+        need_weights=False,
+    )
+    assert out.shape == (B, Lq, C)
+    assert_close(out, ref, dtype, "outputs differ")
+
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    ref.backward(grad)
+    assert_close(x.grad, x_ref.grad, dtype, "gradient of the input differs")
+    w_q, w_k, w_v = theirs.in_proj_weight.grad.chunk(3)
+    for name, a, b in [
+        ("W^Q", ours.w_q.weight.grad, w_q),
+        ("W^K", ours.w_k.weight.grad, w_k),
+        ("W^V", ours.w_v.weight.grad, w_v),
+        ("W^O", ours.w_o.weight.grad, theirs.out_proj.weight.grad),
+    ]:
+        assert_close(a, b, dtype, f"gradient of {name} differs")
+
+
+def test_mha_gradients_wrt_inputs_equal_torch():
+    ours, theirs = make_pair(16, 4, torch.float64, "cpu")
+    x = torch.randn(2, 5, 16, dtype=torch.float64, requires_grad=True)
+    y = x.detach().clone().requires_grad_()
+    mask = causal_mask(5)
+    ours(x, x, x, mask).sum().backward()
+    theirs(y, y, y, attn_mask=to_torch_attn_mask(mask[0]))[0].sum().backward()
+    assert_close(x.grad, y.grad, torch.float64)
+
+
+def test_mha_without_bias_equals_torch():
+    ours, theirs = make_pair(16, 2, torch.float64, "cpu", bias=False)
+    assert ours.w_q.bias is None
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    assert_close(ours(x, x, x), theirs(x, x, x)[0], torch.float64)
+
+
+@pytest.mark.parametrize("kind", [None, "padding", "causal", "both"])
+def test_fused_path_equals_plain_path(kind, device):
+    ours, _ = make_pair(16, 4, torch.float64, device)
+    ours.eval()
+    x = torch.randn(3, 6, 16, dtype=torch.float64, device=device)
+    mask = build_mask(kind, 3, 6, 6, device)
+    if mask is not None:
+        mask = mask.expand(3, 6, 6).clone()
+        mask[1, 2] = False  # a query row with no allowed key
+    plain = ours(x, x, x, mask)
+    ours.fused = True
+    fused = ours(x, x, x, mask)
+    assert_close(fused, plain, torch.float64, "fused path differs")
+    assert torch.isfinite(fused).all()
+
+
+@pytest.mark.parametrize(
+    "shape", [(2, 5, 7), (2, 1, 7), (5, 7), (2, 1, 5, 7), (2, 4, 5, 7)]
+)
+def test_mha_accepts_documented_mask_shapes(shape):
+    ours, _ = make_pair(16, 4, torch.float64, "cpu")
+    x, m = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
+    mask = torch.ones(shape, dtype=torch.bool)
+    mask[..., -1] = False
+    full = torch.ones(2, 4, 5, 7, dtype=torch.bool)
+    full[..., -1] = False
+    assert_close(ours(x, m, m, mask), ours(x, m, m, full), torch.float64)
+
+
+def test_weights_are_kept_only_when_asked():
+    mha = MultiHeadAttention(16, 4, dropout=0.0)
+    x = torch.randn(2, 5, 16)
+    mha(x, x, x)
+    assert mha.weights is None
+    mha.keep_weights = True
+    mha(x, x, x, causal_mask(5))
+    assert mha.weights.shape == (2, 4, 5, 5)
+    assert not mha.weights.requires_grad
+    assert (mha.weights[0, 0].triu(1) == 0).all()
+
+
+def test_zero_dropout_means_no_dropout():
+    mha = MultiHeadAttention(16, 4, dropout=0.0)
+    assert mha.dropout is None
+    x = torch.randn(2, 5, 16)
+    mha.train()
+    train_out = mha(x, x, x)
+    mha.eval()
+    torch.testing.assert_close(train_out, mha(x, x, x), rtol=0, atol=0)
+    # and a positive rate does drop in training (so the check above bites)
+    noisy = MultiHeadAttention(16, 4, dropout=0.5).train()
+    assert not torch.allclose(noisy(x, x, x), noisy.eval()(x, x, x))
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: MultiHeadAttention(10, 3), r"d_model \(10\).*n_heads \(3\)"),
+        (lambda: MultiHeadAttention(8, 2, dropout=1.0), "dropout"),
+    ],
+)
+def test_mha_constructor_errors(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
+
+
+def test_mha_forward_errors():
+    mha = MultiHeadAttention(16, 4)
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(
+        ValueError,
+        match=r"key must have shape .*16.*"
+        r"\(2, 5, 12\)",
+    ):
+        mha(x, torch.randn(2, 5, 12), x)
+    with pytest.raises(ValueError, match="batch size"):
+        mha(x, torch.randn(3, 5, 16), torch.randn(3, 5, 16))
+    with pytest.raises(ValueError, match="same length"):
+        mha(x, x, torch.randn(2, 6, 16))
+    with pytest.raises(
+        ValueError, match=r"does not broadcast.*\(2, 4, 5, 5\)"
+    ):
+        mha(x, x, x, torch.ones(2, 5, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="bool"):
+        mha(x, x, x, torch.ones(2, 5, 5))

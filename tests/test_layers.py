@@ -1,0 +1,234 @@
+"""Encoder and decoder layers and stacks against PyTorch's own modules."""
+
+import copy
+
+import pytest
+import torch
+from conftest import assert_close, random_padding
+from torch import nn
+
+from transformer_lite.interop import (
+    from_torch_decoder_layer,
+    from_torch_encoder_layer,
+)
+from transformer_lite.layers import (
+    Decoder,
+    DecoderLayer,
+    Encoder,
+    EncoderLayer,
+    FeedForward,
+)
+from transformer_lite.masks import causal_mask, to_torch_attn_mask
+
+SIZES = [(16, 4, 32), (24, 2, 8), (8, 1, 64)]  # (C, H, d_ff)
+
+
+def inputs(B, S, T, C, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randn(B, S, C, generator=g, dtype=dtype).to(device)
+    tgt = torch.randn(B, T, C, generator=g, dtype=dtype).to(device)
+    lengths = [S - b for b in range(B)]
+    return src, tgt, random_padding(lengths, S, device)  # mask (B, 1, S)
+
+
+def grads(module):
+    return {n: p.grad for n, p in module.named_parameters()}
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("size", SIZES, ids=str)
+def test_encoder_layer_equals_torch(size, norm_first, dtype, device):
+    C, H, d_ff = size
+    torch.manual_seed(0)
+    theirs = (
+        nn.TransformerEncoderLayer(
+            C, H, d_ff, dropout=0.1, batch_first=True, norm_first=norm_first
+        )
+        .to(device, dtype)
+        .eval()
+    )
+    ours = from_torch_encoder_layer(theirs).eval()
+    src, _, mask = inputs(3, 6, 4, C, dtype, device)
+
+    out = ours(src, mask)
+    ref = theirs(src, src_key_padding_mask=to_torch_attn_mask(mask[:, 0]))
+    assert_close(out, ref, dtype, "outputs differ")
+
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    ours_grads = grads(ours)
+    assert_close(
+        ours_grads["feed_forward.w_1.weight"],
+        theirs.linear1.weight.grad,
+        dtype,
+        "grad of linear1",
+    )
+    assert_close(
+        ours_grads["norm1.weight"],
+        theirs.norm1.weight.grad,
+        dtype,
+        "grad of norm1",
+    )
+    w_q, _, w_v = theirs.self_attn.in_proj_weight.grad.chunk(3)
+    assert_close(ours_grads["self_attn.w_q.weight"], w_q, dtype, "grad W^Q")
+    assert_close(ours_grads["self_attn.w_v.weight"], w_v, dtype, "grad W^V")
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("size", SIZES, ids=str)
+def test_decoder_layer_equals_torch(size, norm_first, dtype, device):
+    C, H, d_ff = size
+    torch.manual_seed(1)
+    theirs = (
+        nn.TransformerDecoderLayer(
+            C, H, d_ff, dropout=0.1, batch_first=True, norm_first=norm_first
+        )
+        .to(device, dtype)
+        .eval()
+    )
+    ours = from_torch_decoder_layer(theirs).eval()
+    memory, tgt, src_mask = inputs(2, 7, 5, C, dtype, device, seed=3)
+    tgt_mask = causal_mask(5, device)
+
+    out = ours(tgt, memory, src_mask, tgt_mask)
+    ref = theirs(
+        tgt,
+        memory,
+        tgt_mask=to_torch_attn_mask(tgt_mask[0]),
+        memory_key_padding_mask=to_torch_attn_mask(src_mask[:, 0]),
+    )
+    assert_close(out, ref, dtype, "outputs differ")
+
+    out.square().sum().backward()
+    ref.square().sum().backward()
+    ours_grads = grads(ours)
+    w_q, w_k, _ = theirs.multihead_attn.in_proj_weight.grad.chunk(3)
+    assert_close(
+        ours_grads["cross_attn.w_q.weight"],
+        w_q,
+        dtype,
+        "grad of cross-attention W^Q",
+    )
+    assert_close(
+        ours_grads["cross_attn.w_k.weight"],
+        w_k,
+        dtype,
+        "grad of cross-attention W^K",
+    )
+    assert_close(
+        ours_grads["norm3.bias"],
+        theirs.norm3.bias.grad,
+        dtype,
+        "grad of norm3",
+    )
+    assert_close(
+        ours_grads["feed_forward.w_2.weight"],
+        theirs.linear2.weight.grad,
+        dtype,
+        "grad of linear2",
+    )
+
+
+def load_stack(ours, layers, final_norm):
+    """Copy torch layers (and the final norm) into one of our stacks."""
+    for mine, theirs in zip(ours.layers, layers, strict=True):
+        convert = (
+            from_torch_encoder_layer
+            if isinstance(mine, EncoderLayer)
+            else from_torch_decoder_layer
+        )
+        mine.load_state_dict(convert(theirs).state_dict())
+    if final_norm is not None:
+        ours.norm.load_state_dict(final_norm.state_dict())
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_stacks_equal_torch(norm_first):
+    C, H, d_ff, N = 16, 4, 32, 3
+    dtype = torch.float64
+    torch.manual_seed(2)
+    norm = nn.LayerNorm(C).double() if norm_first else None
+    enc_layer = nn.TransformerEncoderLayer(
+        C, H, d_ff, 0.0, batch_first=True, norm_first=norm_first
+    )
+    dec_layer = nn.TransformerDecoderLayer(
+        C, H, d_ff, 0.0, batch_first=True, norm_first=norm_first
+    )
+    theirs_enc = nn.TransformerEncoder(
+        enc_layer, N, norm=norm, enable_nested_tensor=False
+    ).double()
+    theirs_dec = nn.TransformerDecoder(
+        dec_layer, N, norm=copy.deepcopy(norm)
+    ).double()
+    ours_enc = Encoder(N, C, H, d_ff, 0.0, norm_first).double()
+    ours_dec = Decoder(N, C, H, d_ff, 0.0, norm_first).double()
+    load_stack(ours_enc, theirs_enc.layers, theirs_enc.norm)
+    load_stack(ours_dec, theirs_dec.layers, theirs_dec.norm)
+    assert (ours_enc.norm is None) == (not norm_first)
+
+    src, tgt, src_mask = inputs(2, 6, 5, C, dtype, "cpu")
+    tgt_mask = causal_mask(5)
+    memory = ours_enc(src, src_mask)
+    ref_memory = theirs_enc(
+        src, src_key_padding_mask=to_torch_attn_mask(src_mask[:, 0])
+    )
+    assert_close(memory, ref_memory, dtype, "encoder stack differs")
+    out = ours_dec(tgt, memory, src_mask, tgt_mask)
+    ref = theirs_dec(
+        tgt,
+        ref_memory,
+        tgt_mask=to_torch_attn_mask(tgt_mask[0]),
+        memory_key_padding_mask=to_torch_attn_mask(src_mask[:, 0]),
+    )
+    assert_close(out, ref, dtype, "decoder stack differs")
+
+
+def test_checkpointing_gives_the_same_gradients():
+    torch.manual_seed(3)
+    enc = Encoder(2, 16, 4, 32, dropout=0.0).double()
+    dec = Decoder(2, 16, 4, 32, dropout=0.0).double()
+    src, tgt, src_mask = inputs(2, 6, 5, 16, torch.float64, "cpu")
+    results = []
+    for checkpointing in (False, True):
+        enc.checkpointing = dec.checkpointing = checkpointing
+        enc.zero_grad(), dec.zero_grad()
+        out = dec(tgt, enc(src, src_mask), src_mask, causal_mask(5))
+        out.square().sum().backward()
+        results.append(
+            [p.grad.clone() for p in [*enc.parameters(), *dec.parameters()]]
+        )
+    for plain, recomputed in zip(*results, strict=True):
+        torch.testing.assert_close(plain, recomputed, rtol=1e-12, atol=1e-12)
+
+
+def test_feed_forward_acts_on_each_position_alone():
+    ff = FeedForward(8, 32, dropout=0.0)
+    x = torch.randn(2, 5, 8)
+    perm = torch.randperm(5)
+    torch.testing.assert_close(ff(x)[:, perm], ff(x[:, perm]))
+
+
+def test_decoder_layer_is_causal():
+    layer = DecoderLayer(16, 4, 32, dropout=0.0).eval()
+    memory, tgt, src_mask = inputs(2, 6, 5, 16, torch.float32, "cpu")
+    out = layer(tgt, memory, src_mask, causal_mask(5))
+    changed = tgt.clone()
+    changed[:, 3] += 1.0
+    out2 = layer(changed, memory, src_mask, causal_mask(5))
+    torch.testing.assert_close(out[:, :3], out2[:, :3])
+    assert not torch.allclose(out[:, 3:], out2[:, 3:])
+
+
+def test_interop_rejects_what_it_cannot_copy():
+    with pytest.raises(ValueError, match="batch_first"):
+        from_torch_encoder_layer(nn.TransformerEncoderLayer(8, 2, 16))
+    with pytest.raises(ValueError, match="ReLU"):
+        from_torch_encoder_layer(
+            nn.TransformerEncoderLayer(
+                8, 2, 16, activation="gelu", batch_first=True
+            )
+        )
+    with pytest.raises(ValueError, match="TransformerDecoderLayer"):
+        from_torch_decoder_layer(
+            nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
+        )

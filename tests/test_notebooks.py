@@ -1,0 +1,78 @@
+"""Every chapter source is a clean jupytext percent file.
+
+The chapters themselves are executed by nbval (``make nbval``); this checks
+their form: the pairing header, no stray metadata, the 79-column rule.
+"""
+
+import re
+from pathlib import Path
+
+import jupytext
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+CHAPTERS = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+ALLOWED_TAGS = {
+    "remove-cell",
+    "remove-input",
+    "remove-output",
+    "hide-input",
+    "hide-output",
+    "raises-exception",
+}
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, f"no chapters found in {NOTEBOOKS}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_has_pairing_header(path):
+    text = path.read_text()
+    header = text.split("# ---", 2)
+    assert text.startswith("# ---\n") and len(header) == 3, (
+        f"{path.name} must start with a jupytext YAML header"
+    )
+    assert "formats: ipynb,py:percent" in header[1], (
+        f"{path.name}: the header must pair it with an .ipynb"
+    )
+    assert "kernelspec:" in header[1] and "name: python3" in header[1]
+    notebook = jupytext.reads(text, fmt="py:percent")
+    assert set(notebook.metadata) <= {"jupytext", "kernelspec"}, (
+        f"{path.name}: stray notebook metadata {set(notebook.metadata)}"
+    )
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_cells_carry_no_metadata_but_tags(path):
+    notebook = jupytext.reads(path.read_text(), fmt="py:percent")
+    for index, cell in enumerate(notebook.cells):
+        extra = set(cell.metadata) - {"tags"}
+        assert not extra, f"{path.name} cell {index}: metadata {extra}"
+        unknown = set(cell.metadata.get("tags", [])) - ALLOWED_TAGS
+        assert not unknown, f"{path.name} cell {index}: tags {unknown}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_chapter_opens_with_one_title(path):
+    notebook = jupytext.reads(path.read_text(), fmt="py:percent")
+    first = notebook.cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# "), (
+        f"{path.name}: the first cell must be the chapter's '# Title'"
+    )
+    titles = [
+        c
+        for c in notebook.cells
+        if c.cell_type == "markdown" and re.search(r"^# ", c.source, re.M)
+    ]
+    assert len(titles) == 1, f"{path.name}: more than one '# ' heading"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_lines_fit_the_page(path):
+    long = [
+        (n, len(line))
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if len(line) > 79
+    ]
+    assert not long, f"{path.name}: lines over 79 columns: {long[:5]}"
