@@ -140,3 +140,11 @@ def test_bad_tokens_are_clear_errors():
                 13, 11, n_layers=1, d_model=8, d_ff=8, n_heads=2, max_len=4
             )
         )(src, tgt)
+
+
+def test_embeddings_are_scaled_by_sqrt_d_model_and_positioned():
+    model = small_model()
+    tokens = torch.tensor([[3, 4, 5]])
+    table = model.positional.table[:3]
+    expected = model.src_embed(tokens) * 32**0.5 + table
+    torch.testing.assert_close(model.embed(tokens, model.src_embed), expected)
