@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_lite.cache import KVCache
 from transformer_lite.masks import check_mask
 
 __all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
@@ -104,7 +105,7 @@ class MultiHeadAttention(nn.Module):
     Shape:
         query: (B, Lq, C); key, value: (B, Lk, C); mask: (B, Lq, Lk),
         (B, 1, Lk), (Lq, Lk) or with a head axis (B, H or 1, Lq, Lk);
-        output: (B, Lq, C).
+        output: (B, Lq, C). With a ``cache``, Lk counts the cached keys too.
     """
 
     def __init__(
@@ -173,17 +174,29 @@ class MultiHeadAttention(nn.Module):
         key: Tensor,
         value: Tensor,
         mask: Tensor | None = None,
+        cache: KVCache | None = None,
     ) -> Tensor:
+        """Attend from ``query`` to ``key``/``value``.
+
+        ``cache`` (incremental decoding, chapter 8): a self-attention cache
+        appends the new keys and values and attends over all of them; a
+        static (cross-attention) cache projects ``key``/``value`` on the
+        first call only and reuses them afterwards.
+        """
         self._check_inputs(query, key, value)
-        B, Lq, _ = query.shape
-        Lk = key.size(1)
+        q = self.split_heads(self.w_q(query))  # (B, H, Lq, D)
+        if cache is not None and cache.static and cache.key is not None:
+            k, v = cache.key, cache.value  # (B, H, Lk, D), computed once
+        else:
+            k = self.split_heads(self.w_k(key))  # (B, H, Lk, D)
+            v = self.split_heads(self.w_v(value))  # (B, H, Lk, D)
+            if cache is not None:
+                k, v = cache.update(k, v)  # (B, H, L_cached + Lk, D)
+        B, _, Lq, _ = q.shape
         if mask is not None:
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): heads share
-            check_mask(mask, torch.Size((B, self.h, Lq, Lk)))
-        q = self.split_heads(self.w_q(query))  # (B, H, Lq, D)
-        k = self.split_heads(self.w_k(key))  # (B, H, Lk, D)
-        v = self.split_heads(self.w_v(value))  # (B, H, Lk, D)
+            check_mask(mask, torch.Size((B, self.h, Lq, k.size(2))))
         if self.fused and not self.keep_weights:
             x = self._fused_attention(q, k, v, mask)  # (B, H, Lq, D)
         else:

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from transformer_lite.attention import MultiHeadAttention
+from transformer_lite.cache import DecoderCache, LayerCache
 
 __all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
 
@@ -121,11 +122,15 @@ class DecoderLayer(nn.Module):
         self.dropout3 = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def _attend(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, mask))
+    def _attend(self, x, mask, cache: LayerCache | None) -> Tensor:
+        kv_cache = None if cache is None else cache.self_attn
+        return self.dropout1(self.self_attn(x, x, x, mask, kv_cache))
 
-    def _cross(self, x: Tensor, memory: Tensor, mask: Tensor | None):
-        return self.dropout2(self.cross_attn(x, memory, memory, mask))
+    def _cross(self, x, memory, mask, cache: LayerCache | None) -> Tensor:
+        kv_cache = None if cache is None else cache.cross_attn
+        return self.dropout2(
+            self.cross_attn(x, memory, memory, mask, kv_cache)
+        )
 
     def _feed(self, x: Tensor) -> Tensor:
         return self.dropout3(self.feed_forward(x))
@@ -136,14 +141,16 @@ class DecoderLayer(nn.Module):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
     ) -> Tensor:
+        """With a ``cache``, ``x`` holds only the new positions."""
         if self.norm_first:
-            x = x + self._attend(self.norm1(x), tgt_mask)
-            x = x + self._cross(self.norm2(x), memory, src_mask)
+            x = x + self._attend(self.norm1(x), tgt_mask, cache)
+            x = x + self._cross(self.norm2(x), memory, src_mask, cache)
             x = x + self._feed(self.norm3(x))
         else:
-            x = self.norm1(x + self._attend(x, tgt_mask))
-            x = self.norm2(x + self._cross(x, memory, src_mask))
+            x = self.norm1(x + self._attend(x, tgt_mask, cache))
+            x = self.norm2(x + self._cross(x, memory, src_mask, cache))
             x = self.norm3(x + self._feed(x))
         return x
 
@@ -223,9 +230,14 @@ class Decoder(nn.Module):
         memory: Tensor,
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
     ) -> Tensor:
-        for layer in self.layers:
-            if self.checkpointing and self.training:
+        """With a ``cache`` (incremental decoding), ``x`` holds only the
+        new positions and the cache grows by them."""
+        for i, layer in enumerate(self.layers):
+            if cache is not None:
+                x = layer(x, memory, src_mask, tgt_mask, cache.layers[i])
+            elif self.checkpointing and self.training:
                 x = checkpoint(
                     layer, x, memory, src_mask, tgt_mask, use_reentrant=False
                 )

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
+from transformer_lite.cache import DecoderCache
 from transformer_lite.layers import Decoder, Encoder
 from transformer_lite.masks import padding_mask, target_mask
 from transformer_lite.positional import SinusoidalPositionalEncoding
@@ -137,10 +138,13 @@ class Transformer(nn.Module):
                 f"vocabulary [0, {vocab - 1}]"
             )
 
-    def embed(self, tokens: Tensor, embedding: nn.Embedding) -> Tensor:
-        """Token embeddings times sqrt(d_model), plus positions."""
+    def embed(
+        self, tokens: Tensor, embedding: nn.Embedding, offset: int = 0
+    ) -> Tensor:
+        """Token embeddings times sqrt(d_model), plus positions (starting at
+        ``offset``)."""
         x = embedding(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
-        return self.positional(x)
+        return self.positional(x, offset)
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids (B, S) -> memory (B, S, C)."""
@@ -155,13 +159,27 @@ class Transformer(nn.Module):
         src_mask: Tensor | None,
         tgt: Tensor,
         tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
     ) -> Tensor:
-        """Memory (B, S, C) and target ids (B, T) -> hidden (B, T, C)."""
+        """Memory (B, S, C) and target ids (B, T) -> hidden (B, T, C).
+
+        With a ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the
+        next positions; by default they may attend to every cached one.
+        """
         self._check_tokens(tgt, self.config.tgt_vocab, "tgt")
-        if tgt_mask is None:
-            tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
-        x = self.embed(tgt, self.tgt_embed)  # (B, T, C)
-        return self.decoder(x, memory, src_mask, tgt_mask)
+        if cache is None:
+            if tgt_mask is None:
+                tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
+            x = self.embed(tgt, self.tgt_embed)  # (B, T, C)
+            return self.decoder(x, memory, src_mask, tgt_mask)
+        x = self.embed(tgt, self.tgt_embed, cache.length)  # (B, T_new, C)
+        hidden = self.decoder(x, memory, src_mask, tgt_mask, cache)
+        cache.length += tgt.size(1)
+        return hidden
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for incremental decoding (chapter 8)."""
+        return DecoderCache.empty(self.config.n_layers)
 
     def forward(
         self,

@@ -52,17 +52,19 @@ def sinusoidal_table(
     return table.to(dtype)  # (L, C)
 
 
-def _check_length(x: Tensor, d_model: int, max_len: int) -> None:
+def _check_length(
+    x: Tensor, d_model: int, max_len: int, offset: int = 0
+) -> None:
     if x.dim() != 3 or x.size(-1) != d_model:
         raise ValueError(
             f"expected input of shape (B, L, d_model={d_model}), "
             f"got {tuple(x.shape)}"
         )
-    if x.size(1) > max_len:
+    if offset + x.size(1) > max_len:
         raise ValueError(
-            f"sequence length {x.size(1)} is longer than the positional "
-            f"table (max_len={max_len}); build the model with a larger "
-            "max_len"
+            f"sequence length {offset + x.size(1)} is longer than the "
+            f"positional table (max_len={max_len}); build the model with "
+            "a larger max_len"
         )
 
 
@@ -78,7 +80,7 @@ class SinusoidalPositionalEncoding(nn.Module):
         max_len: the longest sequence the table covers.
 
     Shape:
-        x: (B, L, C) with L <= max_len; output: (B, L, C).
+        x: (B, L, C) with offset + L <= max_len; output: (B, L, C).
     """
 
     def __init__(
@@ -91,9 +93,11 @@ class SinusoidalPositionalEncoding(nn.Module):
         self.register_buffer("table", table, persistent=False)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
-        _check_length(x, self.d_model, self.max_len)
-        pe = self.table[: x.size(1)].to(x.dtype)  # (L, C)
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Add positions offset .. offset + L - 1 (offset > 0 when decoding
+        one token at a time)."""
+        _check_length(x, self.d_model, self.max_len, offset)
+        pe = self.table[offset : offset + x.size(1)].to(x.dtype)  # (L, C)
         return self.dropout(x + pe)
 
 
