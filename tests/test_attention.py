@@ -115,8 +115,10 @@ MHA_CASES = [  # (C, H, B, Lq, Lk, cross, mask kind)
 
 def make_pair(C, H, dtype, device, bias=True, seed=0):
     torch.manual_seed(seed)
-    theirs = nn.MultiheadAttention(C, H, bias=bias, batch_first=True)
-    theirs = theirs.to(device, dtype)
+    # Created in `dtype`, so float64 weights use all 53 bits.
+    theirs = nn.MultiheadAttention(
+        C, H, bias=bias, batch_first=True, device=device, dtype=dtype
+    )
     return from_torch_mha(theirs), theirs
 
 

@@ -40,13 +40,16 @@ def grads(module):
 def test_encoder_layer_equals_torch(size, norm_first, dtype, device):
     C, H, d_ff = size
     torch.manual_seed(0)
-    theirs = (
-        nn.TransformerEncoderLayer(
-            C, H, d_ff, dropout=0.1, batch_first=True, norm_first=norm_first
-        )
-        .to(device, dtype)
-        .eval()
-    )
+    theirs = nn.TransformerEncoderLayer(
+        C,
+        H,
+        d_ff,
+        dropout=0.1,
+        batch_first=True,
+        norm_first=norm_first,
+        device=device,
+        dtype=dtype,  # so float64 weights use all 53 bits
+    ).eval()
     ours = from_torch_encoder_layer(theirs).eval()
     src, _, mask = inputs(3, 6, 4, C, dtype, device)
 
@@ -79,13 +82,16 @@ def test_encoder_layer_equals_torch(size, norm_first, dtype, device):
 def test_decoder_layer_equals_torch(size, norm_first, dtype, device):
     C, H, d_ff = size
     torch.manual_seed(1)
-    theirs = (
-        nn.TransformerDecoderLayer(
-            C, H, d_ff, dropout=0.1, batch_first=True, norm_first=norm_first
-        )
-        .to(device, dtype)
-        .eval()
-    )
+    theirs = nn.TransformerDecoderLayer(
+        C,
+        H,
+        d_ff,
+        dropout=0.1,
+        batch_first=True,
+        norm_first=norm_first,
+        device=device,
+        dtype=dtype,  # so float64 weights use all 53 bits
+    ).eval()
     ours = from_torch_decoder_layer(theirs).eval()
     memory, tgt, src_mask = inputs(2, 7, 5, C, dtype, device, seed=3)
     tgt_mask = causal_mask(5, device)
@@ -149,10 +155,10 @@ def test_stacks_equal_torch(norm_first):
     torch.manual_seed(2)
     norm = nn.LayerNorm(C).double() if norm_first else None
     enc_layer = nn.TransformerEncoderLayer(
-        C, H, d_ff, 0.0, batch_first=True, norm_first=norm_first
+        C, H, d_ff, 0.0, batch_first=True, norm_first=norm_first, dtype=dtype
     )
     dec_layer = nn.TransformerDecoderLayer(
-        C, H, d_ff, 0.0, batch_first=True, norm_first=norm_first
+        C, H, d_ff, 0.0, batch_first=True, norm_first=norm_first, dtype=dtype
     )
     theirs_enc = nn.TransformerEncoder(
         enc_layer, N, norm=norm, enable_nested_tensor=False

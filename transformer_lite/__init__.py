@@ -34,6 +34,7 @@ from transformer_lite.layers import (
 from transformer_lite.masks import causal_mask, padding_mask, target_mask
 from transformer_lite.model import Transformer, TransformerConfig, make_model
 from transformer_lite.positional import (
+    LearnedPositionalEmbedding,
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "LearnedPositionalEmbedding",
     "MultiHeadAttention",
     "SinusoidalPositionalEncoding",
     "Transformer",

@@ -61,8 +61,10 @@ def from_torch_mha(m: nn.MultiheadAttention) -> MultiHeadAttention:
     ours = MultiHeadAttention(
         m.embed_dim, m.num_heads, m.dropout, bias=m.in_proj_bias is not None
     )
+    # Move first, then copy: copying into float32 would round float64.
+    ours.to(m.in_proj_weight.device, m.in_proj_weight.dtype)
     _load_mha(ours, m)
-    return ours.to(m.in_proj_weight.device, m.in_proj_weight.dtype)
+    return ours
 
 
 def _check_layer(m: nn.Module, kind: type) -> None:
@@ -105,9 +107,9 @@ def from_torch_encoder_layer(m: nn.TransformerEncoderLayer) -> EncoderLayer:
     """An :class:`EncoderLayer` with the weights of ``m``."""
     _check_layer(m, nn.TransformerEncoderLayer)
     ours = EncoderLayer(**_sizes(m))
+    ours.to(m.linear1.weight.device, m.linear1.weight.dtype)
     _load_common(ours, m)
-    weight = m.linear1.weight
-    return ours.to(weight.device, weight.dtype)
+    return ours
 
 
 def from_torch_decoder_layer(m: nn.TransformerDecoderLayer) -> DecoderLayer:
@@ -115,7 +117,7 @@ def from_torch_decoder_layer(m: nn.TransformerDecoderLayer) -> DecoderLayer:
     _check_layer(m, nn.TransformerDecoderLayer)
     _check_mha(m.multihead_attn)
     ours = DecoderLayer(**_sizes(m))
+    ours.to(m.linear1.weight.device, m.linear1.weight.dtype)
     _load_common(ours, m)
     _load_mha(ours.cross_attn, m.multihead_attn)
-    weight = m.linear1.weight
-    return ours.to(weight.device, weight.dtype)
+    return ours
