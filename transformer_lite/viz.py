@@ -122,7 +122,7 @@ def heads_chart(
     *,
     title: str = "Attention weights per head",
     head_names: Sequence[str] | None = None,
-    size: int = 170,
+    size: int = 150,
 ):
     """One attention heatmap per head, side by side on one colour scale.
 
