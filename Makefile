@@ -42,11 +42,26 @@ nbval: install $(IPYNB)  ## execute every chapter as a test (nbval)
 	  --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
 	  --durations=0 $(IPYNB)
 
-book: install  ## execute every chapter and build the HTML book (_build/html)
-	@echo "the book build is not wired yet"
+# The book caches each executed chapter (jupyter-cache), keyed by the
+# chapter's own code. Its outputs also depend on the package: a change there
+# clears the cache and the parsed pages, so every chapter runs again.
+BOOK_INPUTS := $(shell find transformer_lite -type f -not -name '*.pyc') \
+  requirements.txt
+
+_build/.package-stamp: $(BOOK_INPUTS)
+	rm -rf _build/.jupyter_cache _build/.doctrees
+	mkdir -p _build && touch $@
+
+book: install _build/.package-stamp  ## execute every chapter and build the HTML book (_build/html)
+	$(BIN)/python tools/book_assets.py
+	$(BIN)/jupyter-book build notebooks --path-output . -W --keep-going
+
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 browser-test: book  ## open every page of the book in headless Chromium
-	@echo "the browser test is not wired yet"
+	command -v chromium >/dev/null || \
+	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider
 
 lab: install $(IPYNB)  ## open the notebooks in JupyterLab
 	$(BIN)/jupyter lab notebooks

@@ -1,0 +1,326 @@
+"""The built book works in a real browser, offline (``make browser-test``).
+
+Every page of ``_build/html`` is opened in headless Chromium with every
+request outside the local server blocked. Each page must make no such
+request, log no console error, typeset all its math, draw all its altair
+charts and load all its images; a full-page screenshot of each lands in
+``_build/screenshots/`` for review. Each chapter must also hide its
+``remove-cell`` / ``remove-input`` code, link to its neighbours in reading
+order, offer its ``.py`` and executed ``.ipynb`` for download, and be found
+by the search page.
+
+Chromium is Debian's (``apt-get install chromium``), driven by the
+``playwright`` package; ``playwright install`` is never needed.
+"""
+
+import functools
+import json
+import re
+import shutil
+import threading
+from dataclasses import dataclass, field
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import jupytext
+import pytest
+from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+pytestmark = pytest.mark.browser
+
+ROOT = Path(__file__).resolve().parents[2]
+HTML = ROOT / "_build" / "html"
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+NOTEBOOKS = ROOT / "notebooks"
+CHAPTERS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+READING_ORDER = [*CHAPTERS, "api", "bibliography"]  # as in _toc.yml
+HIDDEN_TAGS = {"remove-cell", "remove-input"}
+WAIT_MS = 20_000  # for MathJax and vega to finish
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",  # runs as root in CI
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-quic",
+]
+
+
+# Fixtures: the book served on 127.0.0.1, and headless Chromium.
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    """Serves files without logging each request to stderr."""
+
+    def log_message(self, format, *args):
+        pass
+
+
+@pytest.fixture(scope="session")
+def book_url() -> str:
+    """The root URL of ``_build/html``, served on 127.0.0.1."""
+    if not (HTML / "index.html").is_file():
+        pytest.fail(f"no book in {HTML}: run `make book` first")
+    shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # none left from before
+    handler = functools.partial(QuietHandler, directory=str(HTML))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser_context():
+    """Headless Chromium with a fresh profile (playwright makes one)."""
+    executable = shutil.which("chromium")
+    if executable is None:
+        pytest.fail("chromium not found: `make browser-test` installs it")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=executable, headless=True, args=CHROMIUM_FLAGS
+        )
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        yield context
+        context.close()
+        browser.close()
+
+
+@dataclass
+class Visit:
+    """An open page and what went wrong while it loaded and ran."""
+
+    page: Page
+    outside: list[str] = field(default_factory=list)  # blocked requests
+    errors: list[str] = field(default_factory=list)  # console, exceptions
+    missing: list[str] = field(default_factory=list)  # local 4xx/5xx
+
+
+@pytest.fixture
+def visit(browser_context, book_url):
+    """``visit("page.html")`` opens a page of the book in a new tab.
+
+    Every request to anything but the local site is blocked and recorded,
+    web sockets included; so are console errors, uncaught exceptions and
+    files the local site does not have.
+    """
+    pages = []
+
+    def open_page(path: str) -> Visit:
+        page = browser_context.new_page()
+        pages.append(page)
+        visit = Visit(page)
+
+        def only_local(route):
+            url = route.request.url
+            if url.startswith(book_url):
+                route.continue_()
+            else:
+                visit.outside.append(url)
+                route.abort()
+
+        def no_web_socket(ws):
+            visit.outside.append(ws.url)
+            ws.close()
+
+        def on_console(message):
+            if message.type == "error":
+                visit.errors.append(message.text)
+
+        def on_response(response):
+            if response.status >= 400:
+                visit.missing.append(f"{response.status} {response.url}")
+
+        page.route("**/*", only_local)
+        page.route_web_socket("**/*", no_web_socket)
+        page.on("console", on_console)
+        page.on("pageerror", lambda error: visit.errors.append(str(error)))
+        page.on("response", on_response)
+        page.goto(book_url + path, wait_until="load")
+        return visit
+
+    yield open_page
+    for page in pages:
+        page.close()
+
+
+# The checks.
+
+
+def book_pages() -> list[str]:
+    """Every HTML page of the built book, relative to its root."""
+    assets = {"_static", "_sources", "_images"}
+    return sorted(
+        path.relative_to(HTML).as_posix()
+        for path in HTML.rglob("*.html")
+        if path.relative_to(HTML).parts[0] not in assets
+    )
+
+
+# JavaScript run in the page. Each returns what is still wrong, or null.
+MATH_PENDING = """() => {
+  const math = [...document.querySelectorAll(".math")];
+  const left = math.filter(e => !e.querySelector("mjx-container"));
+  return left.length ? left.map(e => e.textContent.slice(0, 60)) : null;
+}"""
+MATH_ERRORS = """() => [
+  ...document.querySelectorAll("mjx-merror")
+].map(e => e.textContent)"""
+CHARTS_PENDING = """() => {
+  const charts = [...document.querySelectorAll('div[id^="altair-viz-"]')];
+  const left = charts.filter(c => !c.querySelector("svg, canvas"));
+  return left.length ? left.map(c => c.id + ": " + c.textContent) : null;
+}"""
+IMAGES_PENDING = """async () => {
+  const images = [...document.images];
+  images.forEach(i => { i.loading = "eager"; });
+  await Promise.all(images.map(i => i.decode().catch(() => null)));
+  const left = images.filter(i => !(i.complete && i.naturalWidth > 0));
+  return left.length ? left.map(i => i.getAttribute("src")) : null;
+}"""
+
+
+def still_wrong(page, script: str):
+    """What ``script`` reports once it reports nothing, or after WAIT_MS."""
+    try:
+        page.wait_for_function(f"() => ({script})() === null", timeout=WAIT_MS)
+    except PlaywrightTimeout:
+        pass  # report what is left
+    return page.evaluate(script)
+
+
+def test_book_is_built():
+    pages = book_pages()
+    for name in [*READING_ORDER, "index", "search"]:
+        assert f"{name}.html" in pages, f"{name}.html missing: make book"
+
+
+@pytest.mark.parametrize("path", book_pages())
+def test_page_works_offline(visit, path):
+    visit = visit(path)
+    page = visit.page
+    page.wait_for_load_state("networkidle")
+    math_left = still_wrong(page, MATH_PENDING)
+    charts_left = still_wrong(page, CHARTS_PENDING)
+    images_left = page.evaluate(IMAGES_PENDING)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SCREENSHOTS / (path.removesuffix(".html").replace("/", "__"))
+    page.screenshot(path=f"{shot}.png", full_page=True)
+
+    problems = {
+        "requests outside the book": visit.outside,
+        "console errors": visit.errors,
+        "files not found": visit.missing,
+        "math not typeset": math_left,
+        "MathJax errors": page.evaluate(MATH_ERRORS),
+        "charts not drawn": charts_left,
+        "images not loaded": images_left,
+    }
+    problems = {what: found for what, found in problems.items() if found}
+    assert not problems, f"{path}: {json.dumps(problems, indent=1)}"
+
+
+def test_landing_page_is_the_preface(visit, book_url):
+    page = visit("").page
+    page.wait_for_url(f"{book_url}{CHAPTERS[0]}.html")
+
+
+def hidden_code(chapter: str) -> list[str]:
+    """The code of each cell the book must not show, from the source."""
+    notebook = jupytext.read(NOTEBOOKS / f"{chapter}.py")
+    return [
+        cell.source.strip()
+        for cell in notebook.cells
+        if cell.cell_type == "code"
+        and HIDDEN_TAGS & set(cell.metadata.get("tags", []))
+    ]
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_hides_hidden_cells(visit, chapter):
+    page = visit(f"{chapter}.html").page
+    shown = {
+        code.strip()
+        for code in page.locator(".cell_input pre").all_inner_texts()
+    }
+    for code in hidden_code(chapter):
+        assert code not in shown, f"a hidden cell is shown: {code!r}"
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_links_to_its_neighbours(visit, book_url, chapter):
+    """Previous/next point to the neighbours in reading order, and
+    following "next", then "previous" there, comes back here."""
+    page = visit(f"{chapter}.html").page
+    where = READING_ORDER.index(chapter)
+    before = READING_ORDER[where - 1] if where > 0 else None
+    after = READING_ORDER[where + 1]
+    prev_link = page.locator("a.left-prev")
+    next_link = page.locator("a.right-next")
+    if before is None:  # the landing page
+        assert prev_link.count() == 0
+    else:
+        assert prev_link.get_attribute("href") == f"{before}.html"
+    assert next_link.get_attribute("href") == f"{after}.html"
+
+    with page.expect_navigation():
+        next_link.click()
+    assert page.url == f"{book_url}{after}.html"
+    with page.expect_navigation():
+        page.locator("a.left-prev").click()
+    assert page.url == f"{book_url}{chapter}.html"
+    assert page.locator("article h1").count() == 1
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_chapter_downloads(visit, book_url, chapter):
+    page = visit(f"{chapter}.html").page
+    for suffix in (".py", ".ipynb"):
+        link = page.locator(f'a[href$="_sources/{chapter}{suffix}"]')
+        assert link.count() == 1, f"no {suffix} in the download menu"
+        response = page.request.get(book_url + link.get_attribute("href"))
+        assert response.status == 200, f"{suffix} download: {response.status}"
+    notebook = json.loads(response.body())
+    outputs = [
+        output
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code"
+        for output in cell["outputs"]
+    ]
+    assert outputs, "the .ipynb download has no outputs"
+
+
+def title_word(chapter: str) -> str:
+    """The longest word of the chapter's title, to search for."""
+    notebook = jupytext.read(NOTEBOOKS / f"{chapter}.py")
+    for cell in notebook.cells:
+        title = re.search(r"^# (.+)$", cell.source, re.M)
+        if cell.cell_type == "markdown" and title:
+            return max(re.findall(r"[A-Za-z]+", title.group(1)), key=len)
+    raise AssertionError(f"{chapter} has no title")
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_search_finds_chapter(visit, book_url, chapter):
+    word = title_word(chapter)
+    page = visit(f"search.html?q={word}").page
+    results = page.locator("#search-results ul.search li a")
+    results.first.wait_for(timeout=WAIT_MS)
+    pages = [
+        results.nth(i).get_attribute("href").split("?")[0].split("#")[0]
+        for i in range(results.count())
+    ]
+    assert f"{chapter}.html" in pages, f"{word!r} did not find {chapter}"
+
+
+def test_reference_pages(visit):
+    bibliography = visit("bibliography.html").page.locator("article")
+    text = bibliography.inner_text().lower()  # styles change title case
+    assert "attention is all you need" in text
+    assert "the annotated transformer" in text
+    api = visit("api.html").page
+    assert api.locator("dl.py.function, dl.py.class").count() > 0

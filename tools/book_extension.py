@@ -1,0 +1,158 @@
+"""Sphinx extension for the transformer-lite book (named in _config.yml).
+
+It does four things jupyter-book does not do on its own:
+
+1. **Serve MathJax and the vega bundle from the site itself.** Both come
+   from ``.cache/book_static`` (made by ``tools/book_assets.py``). They are
+   added here, not through ``notebooks/_static``, because jupyter-book adds
+   every ``.js`` file found under ``_static`` to every page, which would
+   load all of MathJax's components at once. MathJax goes on pages with
+   math (Sphinx decides), the vega bundle on pages with an altair chart.
+2. **Offer each chapter as an executed notebook.** The chapter with the
+   outputs of its cached execution is written beside its ``.py`` source in
+   ``_sources``, and the page's download menu gets a ``.ipynb`` entry next
+   to the ``.py`` one.
+3. **Keep the site in step with the chapters.** Sphinx rereads only
+   changed sources. Here a chapter whose execution failed runs again on
+   the next build instead of passing unnoticed; a chapter added or removed
+   refreshes every page's navigation; a removed chapter's page is deleted.
+4. **The ``api-module`` directive** for the API page: a section named
+   after a module, holding its docstrings (``automodule``). A module that
+   is planned but not written yet is left out with a note in the build log;
+   one that exists but fails to import still fails the build.
+"""
+
+import importlib.util
+from pathlib import Path
+
+import jupytext
+import nbformat
+from docutils import nodes
+from jupyter_cache import get_cache
+from myst_nb.sphinx_ import NbMetadataCollector
+from sphinx.application import Sphinx
+from sphinx.errors import ExtensionError
+from sphinx.ext.autodoc.directive import AutodocDirective
+from sphinx.util import logging
+
+STATIC = Path(__file__).resolve().parent.parent / ".cache" / "book_static"
+MATHJAX = "mathjax/tex-chtml.js"  # relative to _static
+VEGA = "vega/vega-altair.js"
+
+logger = logging.getLogger(__name__)
+
+
+def use_local_assets(app: Sphinx, config) -> None:
+    """Serve the assets from ``.cache/book_static`` and point MathJax there."""
+    missing = [f for f in (MATHJAX, VEGA) if not (STATIC / f).is_file()]
+    if missing:
+        raise ExtensionError(
+            f"{', '.join(missing)} missing in {STATIC}: run "
+            "`.venv/bin/python tools/book_assets.py` (make book does)"
+        )
+    config.html_static_path.append(str(STATIC))
+    config.mathjax_path = MATHJAX
+
+
+def has_altair_chart(doctree: nodes.document | None) -> bool:
+    """Whether the page holds an altair chart (its HTML calls vegaEmbed)."""
+    if doctree is None:
+        return False
+    return any(
+        "vegaEmbed" in node.astext() for node in doctree.findall(nodes.raw)
+    )
+
+
+def add_vega_bundle(app, pagename, templatename, context, doctree) -> None:
+    """Load the vega bundle in the head of pages with an altair chart."""
+    if has_altair_chart(doctree):
+        app.add_js_file(VEGA)  # called here, it is for this page only
+
+
+def offer_executed_notebook(
+    app, pagename, templatename, context, doctree
+) -> None:
+    """Put the executed chapter in ``_sources`` and in the download menu.
+
+    The outputs come from the execution cache (myst-nb's copy in
+    ``_build/jupyter_execute`` has none in cache mode). sphinx-book-theme
+    shows ``context["ipynb_source"]`` as a ``.ipynb`` download; it runs at
+    priority 501, so this runs before.
+    """
+    source = Path(app.env.doc2path(pagename))
+    if source.suffix != ".py":
+        return
+    notebook = jupytext.read(source, fmt="py:percent")
+    cache = get_cache(app.env.mystnb_config.execution_cache_path)
+    try:
+        _, notebook = cache.merge_match_into_notebook(notebook)
+    except KeyError:
+        logger.warning("no executed notebook in the cache", location=pagename)
+        return
+    target = Path(app.outdir) / "_sources" / f"{pagename}.ipynb"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, target)
+    context["ipynb_source"] = f"{pagename}.ipynb"
+
+
+def docs_to_reread(app, env, added, changed, removed) -> list[str]:
+    """Documents to read again besides those whose source changed.
+
+    A document added or removed changes every page's navigation (and what
+    the glob in _toc.yml matches): then all of them. A chapter whose last
+    execution failed: that one, so that it runs again. Reading a chapter
+    whose execution is cached does not run it.
+    """
+    if added or removed:
+        return sorted(env.found_docs)
+    failed = []
+    for docname in env.all_docs:
+        result = NbMetadataCollector.get_exec_data(env, docname) or {}
+        if result.get("succeeded") is False:
+            failed.append(docname)
+    return failed
+
+
+def delete_removed_pages(app, env, added, changed, removed) -> list[str]:
+    """Delete the page and sources of each removed document from the site."""
+    out = Path(app.outdir)
+    for docname in removed:
+        (out / f"{docname}.html").unlink(missing_ok=True)
+        for source in (out / "_sources").glob(f"{docname}.*"):
+            source.unlink()
+    return []
+
+
+def module_exists(name: str) -> bool:
+    """False only when the module's file is not there (not written yet)."""
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:  # its package fails to import: autodoc tells why
+        return True
+
+
+class ApiModule(AutodocDirective):
+    """``api-module``: one module's docstrings, under its name."""
+
+    def run(self) -> list[nodes.Node]:
+        name = self.arguments[0].strip()
+        if not module_exists(name):
+            logger.info(f"[api-module] {name} does not exist yet: left out")
+            return []
+        self.name = "automodule"  # AutodocDirective dispatches on the name
+        section = nodes.section(ids=[nodes.make_id(name)], names=[name])
+        section += nodes.title("", "", nodes.literal(text=name))
+        self.state.document.note_implicit_target(section, section)
+        section += super().run()
+        return [section]
+
+
+def setup(app: Sphinx) -> dict:
+    app.setup_extension("sphinx.ext.autodoc")
+    app.connect("config-inited", use_local_assets)
+    app.connect("html-page-context", add_vega_bundle)
+    app.connect("html-page-context", offer_executed_notebook, priority=400)
+    app.connect("env-get-outdated", docs_to_reread)
+    app.connect("env-get-outdated", delete_removed_pages)
+    app.add_directive("api-module", ApiModule)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
