@@ -36,9 +36,13 @@ unit: install  ## the package's unit tests
 notebooks/%.ipynb: notebooks/%.py
 	$(BIN)/jupytext --quiet --to ipynb $< -o $@
 
-nbval: install $(IPYNB)  ## execute every chapter as a test (nbval)
+# nbval also hands each chapter it executed, outputs included, to the book's
+# execution cache (tools/nbval_book_cache.py): `make book` right after it
+# renders those outputs instead of running every chapter a second time.
+nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a test (nbval)
 	@if [ -z "$(IPYNB)" ]; then echo "no notebooks yet"; exit 0; fi; \
-	$(BIN)/python -m pytest -q -p no:cacheprovider --nbval \
+	PYTHONPATH=tools $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  -p nbval_book_cache --book-cache _build/.jupyter_cache --nbval \
 	  --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
 	  --durations=0 $(IPYNB)
 
