@@ -1,0 +1,1240 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 8. Making it fast
+#
+# The model of the previous chapters is exact and readable. This chapter
+# makes it cheap. We measure where time and memory go, then take the
+# standard remedies one at a time, each with the same three steps: the
+# idea (an equation where there is one), the few lines of the package
+# that implement it, and a measurement on this machine, taken side by
+# side with the thing it replaces.
+#
+# | remedy | what it saves | section |
+# |---|---|---|
+# | chunked attention, the online softmax | memory of attention | 2 |
+# | fused kernels (FlashAttention) | memory and time of attention | 3 |
+# | the key/value cache | time of generation | 4 |
+# | mixed precision | time and memory of everything | 5 |
+# | gradient checkpointing | memory of training | 6 |
+# | sliding-window attention | memory and time of long inputs | 7 |
+# | model parallelism | the limits of one device | 8 |
+#
+# All numbers below were measured while this page was built. Timings on a
+# shared machine wobble, so the hidden checks assert only relations that
+# survive the wobble (equal outputs, memory ratios, a speed-up with a wide
+# margin), never a number of milliseconds.
+
+# %%
+import contextlib
+import inspect
+import io
+import math
+import os
+import platform
+import statistics
+import time
+
+# peak_memory (below) reads the PyTorch profiler, whose C++ side logs a
+# line at every start and stop; level 6 keeps it quiet. It must be set
+# before the profiler first runs.
+os.environ.setdefault("KINETO_LOG_LEVEL", "6")
+
+import altair as alt
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+import transformer_lite
+from transformer_lite import (
+    Encoder,
+    MultiHeadAttention,
+    causal_mask,
+    decoding,
+    default_device,
+    efficient,
+    make_model,
+    padding_mask,
+    scaled_dot_product_attention,
+    seed_everything,
+)
+from transformer_lite.bench_cases import bench_attention, bench_decoding
+from transformer_lite.bench_models import Sizes, our_model, random_batch
+from transformer_lite.cache import KVCache
+from transformer_lite.data import PAD_ID, copy_task_batches
+from transformer_lite.decoding import greedy_decode
+from transformer_lite.efficient import chunked_attention, peak_memory
+from transformer_lite.masks import local_mask
+from transformer_lite.precision import autocast, grad_scaler, train_step
+from transformer_lite.training import Batch, LabelSmoothingLoss
+from transformer_lite.viz import mask_chart
+
+seed_everything(0)
+device = default_device()
+# peak_memory reads CUDA's own counters, or the CPU profiler; on another
+# accelerator (Apple's MPS) the memory measurements run on the CPU.
+measure_on = device if device.type in ("cpu", "cuda") else torch.device("cpu")
+print(f"python {platform.python_version()}, torch {torch.__version__}, "
+      f"transformer_lite {transformer_lite.__version__}")
+print(f"device: {device}; memory measured on: {measure_on}")
+
+# %% [markdown]
+# One more setting. On the CPU we time with a single thread, as
+# [chapter 1](01_attention) did. Chunked attention and incremental
+# decoding run hundreds of small operations, and with two threads every
+# one of them ends with the threads waiting for each other; on a busy
+# machine one thread that was paused makes the other spin. A single
+# thread is far less disturbed, and every contender gets the same
+# conditions.
+
+# %%
+if device.type == "cpu":
+    torch.set_num_threads(1)
+print("threads:", torch.get_num_threads())
+
+
+def quietly(fn, *args, **kwargs):
+    """Call fn; the benchmark's progress lines on stderr are dropped."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        return fn(*args, **kwargs)
+
+
+def synchronize():
+    """Wait for the device, so that a timer measures finished work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def seconds(fn, repeats=3):
+    """Median seconds of `repeats` calls of fn, after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+MiB = 2**20
+speedups = []  # (remedy, what was compared, measured ratio), for the end
+
+# %% [markdown]
+# ## 1. Three ways to compute attention
+#
+# [Chapter 1](01_attention) measured the cost of plain attention: the
+# $(L, L)$ matrices of scores and weights make memory grow as $L^2$, and
+# the time too once they dominate. Here are three contenders that compute
+# the same function:
+#
+# - **plain**: the package's `scaled_dot_product_attention`, the formula
+#   one operation per line, which builds both $(L, L)$ matrices;
+# - **chunked**: `transformer_lite.efficient.chunked_attention`, the same
+#   formula in plain PyTorch but visiting the keys a chunk at a time, so
+#   that no $(L, L)$ matrix ever exists (section 2 derives it);
+# - **fused**: PyTorch's `F.scaled_dot_product_attention`, one call into
+#   a kernel written in C++ or CUDA (section 3).
+#
+# The package's benchmark, `python -m transformer_lite.bench`, measures
+# exactly this, and the chapter calls its function rather than keeping
+# a second copy: one head of width $D = 64$ at lengths 512 to 8192, no
+# mask and no gradient. For each contender it records the peak memory
+# (`efficient.peak_memory`: CUDA's peak counter, or on the CPU the
+# profiler's log of every allocation and free) and then times it, the
+# contenders taking turns. Its sizes and the function:
+
+# %%
+sizes = Sizes()  # the benchmark's own sizes
+print({name: getattr(sizes, name) for name in (
+    "attention_lengths", "attention_heads", "head_size", "chunk_size",
+    "query_chunk_size")})
+print("bench_attention" + str(inspect.signature(bench_attention)))
+print(inspect.getdoc(bench_attention))
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+start = time.perf_counter()
+attention_rows = quietly(bench_attention, sizes, measure_on, repeats=1)
+names = ("plain", "chunked", "fused")
+lengths = [row["length"] for row in attention_rows]
+attention_ms = {n: [1e3 * r[n]["median_s"] for r in attention_rows]
+                for n in names}
+attention_mib = {n: [r[n]["peak_bytes"] / MiB for r in attention_rows]
+                 for n in names}
+table = pd.DataFrame(
+    {"L": lengths}
+    | {f"{n} (ms)": attention_ms[n] for n in names}
+    | {f"{n} (MiB)": attention_mib[n] for n in names}
+).set_index("L")
+print(f"dtype {attention_rows[0]['dtype']}, measured in "
+      f"{time.perf_counter() - start:.1f} s")
+table.round(1)
+
+# %% tags=["remove-input"]
+# NBVAL_IGNORE_OUTPUT
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for name, marker in zip(names, "osd", strict=True):
+    ax.plot(lengths, attention_ms[name], marker + "-", label=name)
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("sequence length $L$")
+ax.set_ylabel("time per call (ms)")
+ax.set_title(f"Attention time, one head, $D = {sizes.head_size}$, "
+             f"on {measure_on.type}")
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# All three do the same $2L^2D$ multiply-adds, and at long lengths all
+# three slow down steeply; on the CPU plain attention's time roughly
+# quadruples per doubling. At short lengths the times are small and
+# noisy; at long ones the fused kernel, which does the same work in one
+# call, is the fastest. Time is not where they differ most, though.
+# Memory is, and that needs the idea behind the chunks.
+
+# %% tags=["remove-cell"]
+def growth(xs, ys):
+    """Least-squares slope of log y against log x: p in y ~ x^p."""
+    fit = statistics.linear_regression([math.log(x) for x in xs],
+                                       [math.log(y) for y in ys])
+    return fit.slope
+
+
+# The benchmark measured what the prose says, and no contender skipped.
+assert lengths == [512, 1024, 2048, 4096, 8192]
+assert all(r["plain"]["peak_bytes"] > 0 for r in attention_rows)
+assert all(t > 0 for n in names for t in attention_ms[n])
+# the fused kernel is the fastest at the longest length (by ~2.5x on the
+# CPU, more on a GPU)
+assert attention_ms["fused"][-1] < attention_ms["plain"][-1], attention_ms
+if device.type == "cpu":
+    # plain attention's time grows about as L^2 at the longest lengths;
+    # the other two at least faster than linearly (one timing each, so
+    # only loose bounds: a busy machine can delay any single call)
+    assert growth(lengths[-3:], attention_ms["plain"][-3:]) > 1.5
+    for _n in names:
+        assert attention_ms[_n][-1] > 4 * attention_ms[_n][-3], _n
+
+# %% [markdown]
+# ## 2. The online softmax
+#
+# Take one query and its scores $s_1, \dots, s_n$ against $n$ keys, with
+# values $v_1, \dots, v_n$. Attention returns
+#
+# $$
+# o = \frac{\sum_j e^{s_j} v_j}{\sum_j e^{s_j}}
+#   = \frac{\sum_j e^{s_j - m} v_j}{\sum_j e^{s_j - m}},
+# $$
+#
+# and the second form holds for any shift $m$, because $e^{-m}$ cancels.
+# A softmax chooses $m = \max_j s_j$, so that no exponent is positive and
+# nothing overflows. That seems to need every score before the first
+# exponential: the maximum of all of them. The online softmax
+# (Milakov and Gimelshein, 2018) shows that it does not.
+#
+# Visit the keys in chunks. After the chunks seen so far, keep three
+# things for the query: the largest score seen, $m$; the sum of
+# exponentials *relative to that maximum*, $\ell$; and the weighted sum of
+# values relative to it, $o$:
+#
+# $$
+# m = \max_{j\ \text{seen}} s_j, \qquad
+# \ell = \sum_{j\ \text{seen}} e^{s_j - m}, \qquad
+# o = \sum_{j\ \text{seen}} e^{s_j - m}\, v_j .
+# $$
+#
+# Start with $m = -\infty$, $\ell = 0$, $o = 0$. A new chunk $J$ brings
+# scores $s_J$. The maximum can only grow:
+#
+# $$
+# m_{\text{new}} = \max\big(m_{\text{old}},\ \max_{j \in J} s_j\big).
+# $$
+#
+# Every term already summed was computed against $m_{\text{old}}$, and
+# $e^{s_j - m_{\text{new}}} = e^{s_j - m_{\text{old}}}\,
+# e^{m_{\text{old}} - m_{\text{new}}}$. So one factor,
+#
+# $$
+# \alpha = e^{m_{\text{old}} - m_{\text{new}}} \le 1,
+# $$
+#
+# moves the whole old sum to the new maximum, and the chunk's own terms
+# are added on top:
+#
+# $$
+# \ell_{\text{new}} = \alpha\, \ell_{\text{old}}
+#   + \sum_{j \in J} e^{s_j - m_{\text{new}}}, \qquad
+# o_{\text{new}} = \alpha\, o_{\text{old}}
+#   + \sum_{j \in J} e^{s_j - m_{\text{new}}}\, v_j .
+# $$
+#
+# After the last chunk, $m$ is the maximum of all scores, $\ell$ and $o$
+# are exactly the denominator and numerator above, and the output is
+# $o / \ell$. Nothing is approximated: the rescaling is an identity.
+# Nothing overflows either, since every exponent is at most zero. And
+# the state per query is two numbers and one vector of width $D_v$,
+# whatever the number of keys. Here it is for one query, 10 keys and
+# chunks of 4, with the symbols as names:
+
+# %%
+seed_everything(1)
+d_k, d_v, L_k, chunk = 4, 3, 10, 4
+q = 3 * torch.randn(d_k, dtype=torch.float64)  # (D,), one query
+K = torch.randn(L_k, d_k, dtype=torch.float64)  # (Lk, D)
+V = torch.randn(L_k, d_v, dtype=torch.float64)  # (Lk, Dv)
+
+m, ell, o = -math.inf, 0.0, torch.zeros(d_v, dtype=torch.float64)
+print("keys    max of chunk   m_new    alpha      ell")
+for start in range(0, L_k, chunk):
+    stop = min(start + chunk, L_k)
+    s_J = K[start:stop] @ q / math.sqrt(d_k)  # (c,), this chunk's scores
+    m_new = max(m, s_J.max().item())
+    alpha = math.exp(m - m_new)  # rescales what was summed so far
+    p = torch.exp(s_J - m_new)  # (c,)
+    ell = alpha * ell + p.sum().item()
+    o = alpha * o + p @ V[start:stop]  # (Dv,)
+    m = m_new
+    print(f"{start:2d}..{stop - 1:<2d} {s_J.max().item():12.3f} "
+          f"{m:8.3f} {alpha:8.4f} {ell:8.4f}")
+online = o / ell  # (Dv,)
+s = K @ q / math.sqrt(d_k)  # (Lk,), all scores at once, for comparison
+print("online  ", online.numpy().round(6))
+print("softmax ", (s.softmax(dim=0) @ V).numpy().round(6))
+
+# %% tags=["remove-cell"]
+# The loop is exact: the same output as the one-shot softmax, m is the
+# overall maximum and ell the softmax denominator relative to it.
+torch.testing.assert_close(online, s.softmax(dim=0) @ V, rtol=0, atol=1e-12)
+assert m == s.max().item()
+assert abs(ell - torch.exp(s - s.max()).sum().item()) < 1e-12
+ref, _ = scaled_dot_product_attention(q[None], K, V)  # (1, Dv)
+torch.testing.assert_close(online, ref[0], rtol=0, atol=1e-12)
+
+# %% [markdown]
+# Each time a chunk holds a new maximum, $\alpha < 1$ shrinks what was
+# summed before; when it does not, $\alpha = 1$ (and for the first chunk
+# $\alpha = e^{-\infty} = 0$: there is nothing to rescale yet). The
+# package's version does the same for every query at once: `m`, `ell`
+# and `o` become tensors with one row per query, and a mask enters as
+# $-\infty$ scores, whose exponentials are exactly zero. Here is its
+# inner loop, the function `chunked_attention` calls for each block of
+# queries:
+
+# %%
+print(inspect.getsource(efficient._attend_block))
+
+# %% [markdown]
+# Two details go beyond the derivation. While a query has seen only
+# masked keys its maximum is still $-\infty$, and $e^{-\infty - (-\infty)}$
+# would be NaN, so the shift is replaced by 0 there; a query that may
+# attend to nothing ends with $\ell = 0$ and gets a zero output, the
+# package's rule from [chapter 2](02_masks). And 16-bit inputs are
+# accumulated in float32. `chunked_attention` also splits the *queries*
+# into blocks (`query_chunk_size`), so the working memory is one block of
+# queries times one chunk of keys, whatever $L$ is.
+#
+# It must equal plain attention, with masks and with gradients. A check
+# in float64, with a causal mask combined with padding, chunks that do
+# not divide the length, and a query row that may attend to nothing:
+
+# %%
+seed_everything(2)
+B, H, L, D = 2, 3, 50, 16
+q, k, v = (torch.randn(B, H, L, D, dtype=torch.float64, device=measure_on,
+                       requires_grad=True) for _ in range(3))
+keep = torch.tensor([[True] * L, [True] * 35 + [False] * 15],
+                    device=measure_on)  # (B, L): row 1 has 15 pad tokens
+mask = (keep[:, None, None, :]
+        & causal_mask(L, measure_on)[:, None])  # (B, 1, L, L)
+mask[0, 0, 7] = False  # query 7 of the first row sees nothing
+plain, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, H, L, D)
+chunked = chunked_attention(q, k, v, mask, chunk_size=16,
+                            query_chunk_size=24)  # (B, H, L, D)
+grads_plain = torch.autograd.grad(plain.sum(), (q, k, v))
+grads_chunked = torch.autograd.grad(chunked.sum(), (q, k, v))
+print(f"largest |chunked - plain|: {(chunked - plain).abs().max():.1e}")
+grad_difference = max((a - b).abs().max().item()
+                      for a, b in zip(grads_chunked, grads_plain, strict=True))
+print(f"largest gradient difference: {grad_difference:.1e}")
+
+# %% tags=["remove-cell"]
+torch.testing.assert_close(chunked, plain, rtol=0, atol=1e-12)
+for _a, _b in zip(grads_chunked, grads_plain, strict=True):
+    torch.testing.assert_close(_a, _b, rtol=0, atol=1e-12)
+assert (chunked[0, :, 7] == 0).all() and not chunked.isnan().any()
+
+# %% [markdown]
+# Now the memory, from the benchmark run of section 1:
+
+# %% tags=["remove-input"]
+# NBVAL_IGNORE_OUTPUT
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for name, marker in zip(names, "osd", strict=True):
+    ax.plot(lengths, attention_mib[name], marker + "-", label=name)
+ax.plot(lengths, [attention_mib["plain"][-1] * (x / lengths[-1]) ** 2
+                  for x in lengths], "k--", lw=1, label="$cL^2$")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("sequence length $L$")
+ax.set_ylabel("peak memory (MiB)")
+ax.set_title("Peak memory of attention, one head")
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+saving = attention_mib["plain"][-1] / attention_mib["chunked"][-1]
+print(f"L = {lengths[-1]}: plain {attention_mib['plain'][-1]:.0f} MiB, "
+      f"chunked {attention_mib['chunked'][-1]:.1f} MiB, "
+      f"{saving:.0f} times less")
+speedups.append(("chunked attention", f"peak memory, L = {lengths[-1]}",
+                 saving))
+
+
+# %% tags=["remove-cell"]
+_bytes = {n: [r[n]["peak_bytes"] for r in attention_rows] for n in names}
+_itemsize = torch.empty(0, dtype=getattr(
+    torch, attention_rows[0]["dtype"])).element_size()
+# plain holds the scores and the weights, two (L, L) matrices, at its peak
+assert all(b >= 2 * x * x * _itemsize
+           for x, b in zip(lengths, _bytes["plain"], strict=True))
+assert abs(growth(lengths[-3:], _bytes["plain"][-3:]) - 2) < 0.2
+# chunked: several times less at the longest length (the benchmark's own
+# target is 8x), and at most linear growth
+assert _bytes["chunked"][-1] * 8 <= _bytes["plain"][-1], _bytes
+assert growth(lengths[-3:], _bytes["chunked"][-3:]) < 1.0
+# the fused kernel never stores the matrix either
+assert _bytes["fused"][-1] * 8 <= _bytes["plain"][-1], _bytes
+
+# %% [markdown]
+# Plain attention follows the $L^2$ line: at $L = 8192$ its two float32
+# matrices alone are $2 \cdot 8192^2 \cdot 4$ bytes, 512 MiB, for one head
+# of one sequence. Chunked attention stays almost flat: what grows is the
+# output, $L \times D$, linear in $L$; its working set of one query block
+# times one key chunk is fixed. The same work, a fraction of the memory.
+# This is the idea of memory-efficient attention (Rabe and Staats, 2021):
+# attention does not need $O(L^2)$ memory.
+#
+# For training, the backward pass needs the weights again. Storing them
+# would bring the $L^2$ back, so `chunked_attention(..., recompute=True)`
+# keeps only each block's output and recomputes its weights during the
+# backward pass: activation checkpointing (section 6) applied inside one
+# function, as FlashAttention's backward pass does.
+#
+# ## 3. Fused kernels
+#
+# On a GPU, chunking in Python is not enough. Each of the dozen small
+# operations in the loop above is a separate kernel launch that reads
+# its inputs from the GPU's main memory (HBM) and writes its result back.
+# Dao et al. (2022) observed that attention on a GPU is limited by this
+# memory traffic, not by arithmetic. **FlashAttention** runs the whole
+# online-softmax loop inside *one* kernel: a block of threads loads a
+# tile of queries into fast on-chip memory, streams tiles of $K$ and
+# $V$ through it, keeps $m$, $\ell$ and $o$ in registers, and writes only
+# the final output (and, for the backward pass, each row's
+# $m + \log \ell$). The $(L, L)$ matrix never reaches main memory; the
+# backward pass recomputes it tile by tile. The arithmetic is the same;
+# the bytes moved drop from $O(L^2)$ to $O(L^2 D^2 / M)$ for on-chip
+# memory of $M$ numbers, many times fewer since $D^2$ is well below $M$,
+# and that is what makes it fast.
+#
+# PyTorch's `F.scaled_dot_product_attention` chooses among several
+# implementations ("backends") at every call:
+#
+# | backend | device | used when |
+# |---|---|---|
+# | `FLASH_ATTENTION` | CUDA | 16-bit inputs; no mask, or `is_causal=True` |
+# | `EFFICIENT_ATTENTION` | CUDA | float32 too; accepts any mask |
+# | `CUDNN_ATTENTION` | recent NVIDIA GPUs | NVIDIA's own fused kernel |
+# | `MATH` | any | the formula in ordinary operations: the fallback |
+#
+# `EFFICIENT_ATTENTION` is memory-efficient attention (Rabe and Staats,
+# 2021) as implemented in xFormers: the same tiling, with more freedom in
+# dtypes and masks and somewhat less speed than flash.
+#
+# On the CPU, PyTorch has a fused C++ kernel built on the same tiling
+# (`_scaled_dot_product_flash_attention_for_cpu`). The context manager
+# `torch.nn.attention.sdpa_kernel` restricts the choice. The choice is
+# made at every call, from the device, the dtype, the mask and even the
+# mask's shape, and the profiler shows which kernel actually ran. On this
+# device, for a causal mask given in three equivalent shapes:
+
+# %%
+def kernels_used(fn):
+    """Names of the attention operations fn ran, from the profiler."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sorted({e.key for e in prof.key_averages()
+                   if "attention" in e.key and e.key != (
+                       "aten::scaled_dot_product_attention")})
+
+
+seed_everything(3)
+q, k, v = torch.randn(3, 1, 4, 256, 64, device=device)  # 3 x (B, H, L, D)
+tril = causal_mask(256, device)  # (1, L, L), bool
+masks = {
+    "no mask": None,
+    "mask (L, L)": tril[0],
+    "mask (1, L, L)": tril,
+    "mask (1, 1, L, L)": tril[None],
+}
+used = {
+    case: kernels_used(
+        lambda m=m: F.scaled_dot_product_attention(q, k, v, attn_mask=m))
+    for case, m in masks.items()
+}
+with sdpa_kernel(SDPBackend.MATH):
+    used["MATH forced"] = kernels_used(
+        lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=tril[0]))
+for case, ops in used.items():
+    print(f"{case:18s} {ops}")
+
+# %% tags=["remove-cell"]
+MATH_OP = "aten::_scaled_dot_product_attention_math"
+CPU_FLASH_OP = "aten::_scaled_dot_product_flash_attention_for_cpu"
+assert used["MATH forced"] == [MATH_OP]
+assert used["no mask"] != used["MATH forced"]
+if device.type == "cpu":
+    for _case in ("no mask", "mask (L, L)", "mask (1, 1, L, L)"):
+        assert used[_case] == [CPU_FLASH_OP], used
+    assert used["mask (1, L, L)"] == [MATH_OP], used
+
+# %% [markdown]
+# When this page is built on a CPU, the same causal mask runs the fused
+# kernel as an $(L, L)$ or a $(1, 1, L, L)$ tensor, but silently falls
+# back to the MATH backend as $(1, L, L)$: the fused CPU kernel takes
+# masks with two or four dimensions only. Nothing warns about it; the
+# profiler is how to find out.
+
+# %% [markdown]
+# `MultiHeadAttention(fused=True)` calls this function instead of the
+# hand-written one ([chapter 3](03_multi_head_attention)) and applies the
+# package's rule for a query row that may attend to nothing. It gives
+# the kernel its mask with a head axis, $(B, 1, L_q, L_k)$, a shape every
+# fused backend takes. The two paths must agree, with a
+# causal-and-padding mask, and so must the kernel and the MATH fallback:
+
+# %%
+seed_everything(4)
+C, h = 64, 4
+attn_plain = MultiHeadAttention(C, h, dropout=0.0).to(device).eval()
+attn_fused = MultiHeadAttention(C, h, dropout=0.0, fused=True)
+attn_fused = attn_fused.to(device).eval()
+attn_fused.load_state_dict(attn_plain.state_dict())
+tokens = torch.randint(1, 9, (2, 40), device=device)  # (B, L)
+tokens[1, 25:] = PAD_ID  # padding in the second row
+x = torch.randn(2, 40, C, device=device)  # (B, L, C)
+mask = padding_mask(tokens, PAD_ID) & causal_mask(40, device)  # (B, L, L)
+with torch.no_grad():
+    module_ops = kernels_used(lambda: attn_fused(x, x, x, mask))
+    y_plain = attn_plain(x, x, x, mask)  # (B, L, C)
+    y_fused = attn_fused(x, x, x, mask)  # (B, L, C)
+    out_kernel = F.scaled_dot_product_attention(q, k, v, attn_mask=tril[0])
+    with sdpa_kernel(SDPBackend.MATH):
+        out_math = F.scaled_dot_product_attention(q, k, v,
+                                                  attn_mask=tril[0])
+print("MultiHeadAttention(fused=True) ran", module_ops)
+print(f"fused vs hand-written module: {(y_fused - y_plain).abs().max():.1e}")
+print(f"fused kernel vs MATH:         "
+      f"{(out_kernel - out_math).abs().max():.1e}")
+
+# %% tags=["remove-cell"]
+torch.testing.assert_close(y_fused, y_plain, rtol=1e-4, atol=1e-5)
+assert MATH_OP not in module_ops  # the module's (B, 1, L, L) mask fuses
+torch.testing.assert_close(out_kernel, out_math, rtol=1e-4, atol=1e-5)
+_ours, _ = scaled_dot_product_attention(q, k, v, tril)
+torch.testing.assert_close(out_kernel, _ours, rtol=1e-4, atol=1e-5)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+fused_speedup = attention_ms["plain"][-1] / attention_ms["fused"][-1]
+fused_saving = attention_mib["plain"][-1] / attention_mib["fused"][-1]
+print(f"L = {lengths[-1]}, fused against plain: {fused_speedup:.1f} times "
+      f"faster, {fused_saving:.0f} times less memory")
+speedups.append(("fused kernel", f"time, L = {lengths[-1]}", fused_speedup))
+speedups.append(("fused kernel", f"peak memory, L = {lengths[-1]}",
+                 fused_saving))
+
+# %% [markdown]
+# On this machine the fused kernel is both the fastest contender and
+# the smallest. On a GPU the gap in time is much wider than on a CPU,
+# because there the plain version is limited by memory traffic, which is
+# exactly what fusion removes: Dao et al. (2022) measured attention
+# several times faster than the standard implementation on a GPU, and
+# FlashAttention-2 (Dao, 2023) is about twice as fast again. The
+# training step of the benchmark, `python -m transformer_lite.bench`,
+# compares the whole model with `fused=True` against `nn.Transformer`;
+# on a GPU it runs under bfloat16 autocast, the subject of section 5.
+#
+# ## 4. The key/value cache
+#
+# Generation is sequential: to produce token $t + 1$ the decoder needs
+# tokens $1..t$. Greedy decoding as written in [chapter 6](06_training)
+# runs the decoder over the whole prefix at every step. In each layer,
+# step $t$ projects all $t$ positions to queries, keys and values,
+# $O(t\,C^2)$, and attends among them, $O(t^2 C)$. Summed over $n$ steps
+# that is
+#
+# $$
+# \sum_{t=1}^{n} \big(t\,C^2 + t^2 C\big) = O(n^2 C^2 + n^3 C),
+# $$
+#
+# yet the keys and values of tokens $1..t-1$ are the same at every step:
+# a causal decoder never lets an old position see a new one. Caching them
+# leaves one new position per step: project it, $O(C^2)$, and let it
+# attend over the $t$ cached keys, $O(t\,C)$; in total
+# $O(n\,C^2 + n^2 C)$, one power of $n$ less. The encoder's memory is
+# fixed too, so cross-attention projects it to keys and values once.
+#
+# The package keeps, per attention module, a `KVCache` that appends:
+
+# %%
+print(inspect.getsource(KVCache.update))
+
+# %% [markdown]
+# `greedy_decode(..., use_cache=True)` makes one cache per decoding
+# (`model.new_cache()`) and feeds the model only the newest token, with
+# a mask that hides padding among the cached keys, the last row of
+# the full decoder's target mask:
+
+# %%
+print(inspect.getsource(decoding._cached_next_token_logits))
+
+# %% [markdown]
+# First the work, counted: a hook on the decoder records how many
+# positions it is given at each step.
+
+# %%
+seed_everything(5)
+kv_sizes = Sizes(vocab=100, d_model=64, n_layers=2, d_ff=256, n_heads=4,
+                 length=16, decode_batch=4,
+                 decode_tokens=(16, 32, 64, 128))
+model = our_model(kv_sizes).to(device).eval()
+src, _ = random_batch(kv_sizes, kv_sizes.decode_batch, device)  # (B, S)
+positions = []
+hook = model.decoder.register_forward_pre_hook(
+    lambda module, args: positions.append(args[0].size(1)))
+n_new = 32
+outputs = {}
+for use_cache in (False, True):
+    positions.clear()
+    outputs[use_cache] = greedy_decode(model, src, None, n_new + 1, 1,
+                                       use_cache=use_cache)  # (B, n + 1)
+    print(f"use_cache={use_cache!s:5}: the decoder computed "
+          f"{sum(positions)} positions for {n_new} new tokens")
+hook.remove()
+
+# %% tags=["remove-cell"]
+assert torch.equal(outputs[True], outputs[False])
+# recomputing: 1 + 2 + ... + n positions; cached: one per step
+assert sum(range(1, n_new + 1)) == n_new * (n_new + 1) // 2 == 528
+assert positions == [1] * n_new
+
+# %% [markdown]
+# 528 positions against 32, for the same tokens. The tokens must be the
+# same in every case, including a batch whose rows stop at different
+# steps: an end token that only some rows emit, after which their
+# positions hold padding.
+
+# %%
+free = greedy_decode(model, src, None, 20, 1)  # (B, 20)
+eos_id = int(free[0, 5])  # a token the first row emits; some rows stop
+stopped = {use_cache: greedy_decode(model, src, None, 20, 1, eos_id,
+                                    use_cache=use_cache)
+           for use_cache in (False, True)}
+print(stopped[True])
+
+# %% tags=["remove-cell"]
+assert torch.equal(stopped[True], stopped[False])
+_ends = [(row == eos_id).nonzero()[0, 0].item() if (row == eos_id).any()
+         else None for row in stopped[True]]
+assert len(set(_ends)) > 1  # rows stopped at different steps (or not)
+assert (stopped[True] == model.config.pad_id).any()  # padded after eos
+
+# %% [markdown]
+# Now the time. The benchmark's decoding measurement takes a model and a
+# list of output lengths and times greedy decoding with and without the
+# cache, in turns; we give it a small model (the sizes above) so that the
+# uncached runs stay short.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+decoding_rows = quietly(bench_decoding, kv_sizes, device, repeats=2)
+new_tokens = [row["new_tokens"] for row in decoding_rows]
+per_sequence = {
+    name: [1e3 * row[name]["median_s"] / row["batch"]
+           for row in decoding_rows]
+    for name in ("recompute", "cached")
+}
+pd.DataFrame({"new tokens": new_tokens,
+              "recompute (ms)": per_sequence["recompute"],
+              "cached (ms)": per_sequence["cached"],
+              "speed-up": [row["speedup"] for row in decoding_rows],
+              "same tokens": [row["same_tokens"] for row in decoding_rows],
+              }).set_index("new tokens").round(2)
+
+# %% tags=["remove-input"]
+# NBVAL_IGNORE_OUTPUT
+fig, ax = plt.subplots(figsize=(6, 3.5))
+ax.plot(new_tokens, per_sequence["recompute"], "o-",
+        label="recompute every prefix")
+ax.plot(new_tokens, per_sequence["cached"], "s-", label="KV cache")
+ax.set_xscale("log", base=2)
+ax.set_yscale("log")
+ax.set_xlabel("tokens generated per sequence")
+ax.set_ylabel("time per sequence (ms)")
+ax.set_title(f"Greedy decoding, batch of {kv_sizes.decode_batch}, "
+             f"on {device.type}")
+ax.legend()
+fig.tight_layout()
+plt.show()
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+cache_speedup = decoding_rows[-1]["speedup"]
+print(f"{new_tokens[-1]} tokens: the cache is {cache_speedup:.1f} times "
+      "faster")
+speedups.append(("KV cache", f"greedy decoding, {new_tokens[-1]} tokens",
+                 cache_speedup))
+
+# %% tags=["remove-cell"]
+assert all(row["same_tokens"] for row in decoding_rows)
+if device.type == "cpu":  # on a GPU this small model is launch-bound
+    assert cache_speedup > 1.5, decoding_rows
+    # the gap widens with the length (~1.3x at 16 tokens, ~3x at 128)
+    assert decoding_rows[-1]["speedup"] > decoding_rows[0]["speedup"]
+
+# %% [markdown]
+# The recomputing time grows faster than the cached one, and the gap
+# widens with every token. The cached time is not quite linear either:
+# each step still attends over all $t$ cached keys, and `torch.cat`
+# copies the cache to append one position, both $O(t\,C)$. With a model
+# this small much of each step is fixed overhead (Python, one call per
+# layer); larger models and longer outputs widen the gap further. On a
+# GPU a tiny model is limited by kernel launches, which both variants
+# make in equal number, so there the cache pays off only for larger
+# models and longer sequences.
+#
+# The cache costs memory: per layer, keys and values for every past
+# position, $2 \cdot B \cdot L \cdot C$ numbers. For the paper's base
+# model ($N = 6$, $C = 512$) in float32, one sequence of 1000 tokens
+# holds $2 \cdot 6 \cdot 1000 \cdot 512 \cdot 4$ bytes, about 23 MiB, in
+# its self-attention caches; serving many long sequences at once, the
+# cache rather than the weights fills the GPU. Multi-query attention
+# (Shazeer, 2019) and grouped-query attention (Ainslie et al., 2023)
+# shrink it by sharing keys and values among heads.
+
+# %% tags=["remove-cell"]
+assert abs(2 * 6 * 1000 * 512 * 4 / MiB - 23.4) < 0.1
+
+# %% [markdown]
+# ## 5. Mixed precision
+#
+# Our models have so far computed in float32: 4 bytes, 8 exponent bits
+# and 23 bits of fraction. Two 16-bit formats halve the bytes, and modern
+# hardware multiplies them much faster (on a GPU's tensor cores, several
+# times faster than float32). They split their 16 bits differently:
+
+# %%
+rows = []
+for dtype in (torch.float32, torch.bfloat16, torch.float16):
+    info = torch.finfo(dtype)
+    fraction_bits = round(-math.log2(info.eps))
+    rows.append({"dtype": str(dtype).removeprefix("torch."),
+                 "bits": info.bits,
+                 "exponent bits": info.bits - 1 - fraction_bits,
+                 "fraction bits": fraction_bits,
+                 "largest": f"{info.max:.6g}",
+                 "smallest normal": f"{info.tiny:.4g}",
+                 "eps": f"{info.eps:.3g}"})
+pd.DataFrame(rows).set_index("dtype")
+
+# %% tags=["remove-cell"]
+assert [r["exponent bits"] for r in rows] == [8, 8, 5]
+assert [r["fraction bits"] for r in rows] == [23, 7, 10]
+assert torch.finfo(torch.float16).max == 65504
+assert torch.finfo(torch.bfloat16).tiny == torch.finfo(torch.float32).tiny
+
+# %% [markdown]
+# **bfloat16** (Kalamkar et al., 2019) keeps float32's exponent, so it
+# spans the same range, $10^{-38}$ to $3 \cdot 10^{38}$, with only 8 bits
+# of precision: about 2 to 3 significant digits. **float16** has more
+# precision (11 bits) but a 5-bit exponent: nothing above 65504, and
+# nothing below $6 \cdot 10^{-5}$ at full precision. Gradients are often
+# far smaller than that. Here are a few typical sizes in both formats:
+
+# %%
+g = torch.tensor([1e-3, 1e-5, 1e-7, 1e-9])  # sizes of gradient entries
+scale = 2.0**16
+print("float32          ", g.numpy())
+print("bfloat16         ", g.bfloat16().float().numpy())
+print("float16          ", g.half().float().numpy())
+print("float16, scaled  ", ((g * scale).half().float() / scale).numpy())
+
+# %% tags=["remove-cell"]
+assert g.half()[-1] == 0  # 1e-9 underflows to zero in float16
+assert torch.allclose(g.bfloat16().float(), g, rtol=1e-2)
+torch.testing.assert_close((g * scale).half().float() / scale, g,
+                           rtol=1e-3, atol=0)
+
+# %% [markdown]
+# In float16, $10^{-9}$ becomes zero and $10^{-7}$ keeps one significant
+# bit: the update they carry is lost. **Loss scaling** (Micikevicius et
+# al., 2018) multiplies the loss by a large factor $S$ before the
+# backward pass. The chain rule is linear, so every gradient is
+# multiplied by $S$ too and moves up into float16's range; dividing the
+# gradients by $S$ (in float32) before the optimizer step restores their
+# values. `torch.amp.GradScaler` picks $S$ on the fly: it starts at
+# $2^{16}$, halves it and skips the step when a gradient overflows to
+# infinity, and doubles it after 2000 steps without overflow. bfloat16
+# needs none of this: with float32's range, what does not underflow in
+# float32 does not underflow in bfloat16.
+#
+# Mixed precision does not convert the model. Under `torch.autocast` the
+# parameters, their gradients and the optimizer's state stay float32;
+# operations that gain from 16 bits and tolerate them (matrix products)
+# run in 16 bits, and those that need range or accumulate long sums
+# (on a GPU: the softmax, LayerNorm, the loss) run in float32. On the
+# CPU, autocast leaves the softmax and LayerNorm in the dtype of their
+# input; our loss always computes its `log_softmax` in float32.
+#
+# **Masks need care.** A 16-bit score matrix must still hide masked
+# keys. [Chapter 2](02_masks) showed the trap: $-10^9$ does not exist in
+# float16, and `masked_fill` refuses it. The package fills with
+# `torch.finfo(scores.dtype).min`, the most negative finite number of
+# *whatever dtype the scores have*, and zeroes the weights of a query
+# row with nothing to attend to:
+
+# %%
+source = inspect.getsource(scaled_dot_product_attention)
+print(source[source.index("    if mask is not None:"):
+             source.index("    if dropout is not None:")])
+try:
+    torch.zeros(2, dtype=torch.float16).masked_fill(
+        torch.tensor([True, False]), -1e9)
+except RuntimeError as error:
+    print("float16 and -1e9:", error)
+
+# %% [markdown]
+# So a whole model under bfloat16 autocast stays finite even on a batch
+# built to be awkward: right padding, left padding (the first two target
+# queries of row 1 see only padding) and a source that is all padding.
+
+# %%
+awkward = Batch(
+    torch.tensor([[1, 5, 6, 7, 2], [1, 5, 2, 0, 0], [0, 0, 0, 0, 0]]),
+    torch.tensor([[1, 5, 6, 7, 2, 0], [0, 0, 1, 9, 4, 2],
+                  [1, 3, 3, 2, 0, 0]]),
+    PAD_ID,
+).to(device)
+seed_everything(6)
+tiny = make_model(12, 12, n_layers=2, d_model=32, d_ff=64, n_heads=4,
+                  dropout=0.0).to(device).eval()
+loss_fn = LabelSmoothingLoss(12, PAD_ID, smoothing=0.0)
+with torch.no_grad():
+    full = loss_fn(tiny(awkward.src, awkward.tgt_in), awkward.tgt_out)
+    with autocast(device, torch.bfloat16):
+        logits = tiny(awkward.src, awkward.tgt_in)  # (B, T, V), bfloat16
+        half = loss_fn(logits, awkward.tgt_out)
+print(f"logits {logits.dtype}, all finite: {logits.isfinite().all().item()}")
+print(f"loss: float32 {full.item():.4f}, bfloat16 autocast {half.item():.4f}")
+
+# %% tags=["remove-cell"]
+assert not awkward.tgt_mask[1, 0].any() and not awkward.src_mask[2].any()
+assert logits.dtype == torch.bfloat16 and logits.isfinite().all()
+assert abs(half.item() - full.item()) < 0.05 * full.item()
+
+# %% [markdown]
+# `transformer_lite.precision` holds the few lines that turn a training
+# step into a mixed-precision one: `autocast(device, dtype)` (a context
+# that does nothing for `None`), `grad_scaler(device, dtype)` (a
+# `GradScaler` for float16 on CUDA, `None` otherwise; float16 elsewhere is
+# refused with an explanation), and one optimizer step:
+
+# %%
+print(inspect.getsource(train_step))
+
+# %% [markdown]
+# Now a short run on the copy task of [chapter 6](06_training), twice
+# from the same seed on the same batches: once in float32, once under
+# bfloat16 autocast.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+V_copy, n_steps = 20, 100
+batches = copy_task_batches(n_steps, 32, 10, V_copy, 7, min_len=5,
+                            device=device)
+curves, step_seconds = {}, {}
+for name, amp_dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
+    seed_everything(8)
+    model = make_model(V_copy, V_copy, n_layers=2, d_model=32, d_ff=64,
+                       n_heads=4, dropout=0.0).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3,
+                                 betas=(0.9, 0.98))
+    scaler = grad_scaler(device, amp_dtype)  # None for both
+    loss_fn = LabelSmoothingLoss(V_copy, PAD_ID, smoothing=0.0)
+    curves[name], times = [], []
+    for batch in batches:
+        synchronize()
+        start = time.perf_counter()
+        curves[name].append(train_step(model, batch, loss_fn, optimizer,
+                                       amp_dtype, scaler))
+        synchronize()
+        times.append(time.perf_counter() - start)
+    step_seconds[name] = statistics.median(times[10:])
+    print(f"{name:9s} loss {curves[name][0]:.3f} -> "
+          f"{curves[name][-1]:.3f}, {1e3 * step_seconds[name]:.1f} ms "
+          "per step")
+
+# %% tags=["remove-input"]
+frame = pd.DataFrame([
+    {"step": i, "precision": name, "loss": loss}
+    for name, curve in curves.items() for i, loss in enumerate(curve)
+])
+alt.Chart(frame, title="Copy task: float32 and bfloat16 autocast, "
+          "same seed").mark_line().encode(
+    x=alt.X("step:Q", title="optimizer step"),
+    y=alt.Y("loss:Q", title="training loss (nats per token)"),
+    color=alt.Color("precision:N", title="precision"),
+    strokeDash=alt.StrokeDash("precision:N", title="precision"),
+    tooltip=["precision:N", "step:Q", alt.Tooltip("loss:Q", format=".3f")],
+).properties(width=420, height=240)
+
+# %% tags=["remove-cell"]
+_first = {n: statistics.mean(c[:10]) for n, c in curves.items()}
+_last = {n: statistics.mean(c[-10:]) for n, c in curves.items()}
+for _n in curves:  # both learn: the loss falls by nearly half (~3.0 to
+    assert _last[_n] < 0.6 * _first[_n], (_n, _first, _last)  # ~1.6)
+# ... and bfloat16 tracks float32: same start, end within a margin
+assert abs(_first["bfloat16"] - _first["float32"]) < 0.05
+assert abs(_last["bfloat16"] - _last["float32"]) < 0.35 * _last["float32"]
+assert all(math.isfinite(x) for c in curves.values() for x in c)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+amp_speedup = step_seconds["float32"] / step_seconds["bfloat16"]
+print(f"training step, float32 / bfloat16 time: {amp_speedup:.2f}")
+speedups.append(("bfloat16 autocast", "training step time (tiny model)",
+                 amp_speedup))
+
+# %% [markdown]
+# The two curves start together and stay close; rounding to 8 bits of
+# precision makes them drift apart a little. Speed is another matter.
+# Here bfloat16 gains nothing (the ratio above): at these sizes this
+# CPU's bfloat16 matrix products are no faster than float32 ones, and
+# autocast adds a cast before each of them. The payoff comes with large
+# matrix products on hardware built for 16-bit arithmetic: GPUs with
+# tensor cores (there float16 and bfloat16 products run several times
+# faster than float32), and CPUs with bfloat16 instructions. Memory
+# falls as well, because most activations saved for the backward pass
+# are stored in 16 bits; section 6 measures it.
+#
+# ## 6. Gradient checkpointing
+#
+# The backward pass needs the activations of the forward pass: each
+# layer's inputs, its attention weights, the hidden layer of its
+# feed-forward network. Training therefore holds the activations of all
+# $N$ layers at once, and for long sequences that, not the weights, is
+# what fills memory. Gradient checkpointing (Chen et al., 2016) keeps
+# only each layer's *input* during the forward pass. In the backward
+# pass it runs the layer's forward again, from that input, just before
+# it needs the activations, and frees them once the layer's gradients
+# are done. Memory for activations drops from all $N$ layers to one layer
+# plus $N$ inputs; the price is a second forward pass, on paper about a
+# third more time, since a backward pass costs about two forward passes.
+# In the package it is one attribute per stack, read in `forward`:
+
+# %%
+print(inspect.getsource(Encoder.forward))
+
+# %% [markdown]
+# Dropout is random, so the recomputed forward pass must draw the same
+# dropout masks as the first one; `torch.utils.checkpoint` saves and
+# restores the random state for that. We measure one training step
+# (forward, loss, backward) of a 4+4-layer model on a batch of 4
+# sequences of 128 tokens, with and without checkpointing: its peak
+# memory, its time, and its gradients.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+seed_everything(9)
+V_ck = 100
+model = make_model(V_ck, V_ck, n_layers=4, d_model=64, d_ff=256, n_heads=4,
+                   dropout=0.1).to(measure_on)
+src = torch.randint(1, V_ck, (4, 128), device=measure_on)  # (B, S)
+tgt = torch.randint(1, V_ck, (4, 129), device=measure_on)  # (B, T + 1)
+
+
+def training_step(amp_dtype=None):
+    torch.manual_seed(10)  # the same dropout masks in every run
+    with autocast(measure_on, amp_dtype):
+        logits = model(src, tgt[:, :-1])  # (B, T, V)
+        loss = F.cross_entropy(logits.flatten(0, 1), tgt[:, 1:].flatten())
+    loss.backward()
+
+
+checkpointed = {}
+for on in (False, True):
+    model.encoder.checkpointing = model.decoder.checkpointing = on
+    model.zero_grad(set_to_none=True)
+    peak = peak_memory(training_step, measure_on)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    step_time = seconds(training_step, repeats=2)
+    checkpointed[on] = {"peak MiB": peak / MiB, "step ms": 1e3 * step_time,
+                        "grads": grads}
+model.encoder.checkpointing = model.decoder.checkpointing = False
+model.zero_grad(set_to_none=True)
+bf16_peak = peak_memory(lambda: training_step(torch.bfloat16), measure_on)
+print(f"without checkpointing, under bfloat16 autocast: {bf16_peak / MiB:.1f}"
+      " MiB")
+pd.DataFrame({on: {k: v for k, v in r.items() if k != "grads"}
+              for on, r in checkpointed.items()}).T.rename_axis(
+    "checkpointing").round(1)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+ck_saving = (checkpointed[False]["peak MiB"]
+             / checkpointed[True]["peak MiB"])
+ck_cost = checkpointed[True]["step ms"] / checkpointed[False]["step ms"]
+print(f"checkpointing: {ck_saving:.1f} times less memory, "
+      f"{ck_cost:.2f} times the time")
+speedups.append(("checkpointing", "peak memory of a training step",
+                 ck_saving))
+speedups.append(("checkpointing", "time of a training step (a cost)",
+                 1 / ck_cost))
+
+# %% tags=["remove-cell"]
+# Exactly the same gradients (dropout included), much less memory.
+for _a, _b in zip(checkpointed[False]["grads"], checkpointed[True]["grads"],
+                  strict=True):
+    assert torch.equal(_a, _b)
+assert ck_saving > 2, checkpointed
+# bfloat16 autocast alone saves memory too (~1.8x measured)
+assert bf16_peak < 0.8 * checkpointed[False]["peak MiB"] * MiB
+assert bf16_peak > checkpointed[True]["peak MiB"] * MiB  # "by less"
+if device.type == "cpu":
+    assert ck_cost > 1.0, checkpointed  # recomputing is extra work
+assert model.training  # checkpointing acts only in training mode
+
+# %% [markdown]
+# The gradients are identical, bit for bit, dropout included. Memory
+# falls several times over, and the step takes longer (the ratio above;
+# on paper about a third longer). bfloat16 autocast alone
+# (section 5) also lowers the peak, by less. Checkpointing every layer
+# is the extreme; checkpointing every $\sqrt{N}$-th layer gives memory
+# $O(\sqrt{N})$ for one extra forward pass (Chen et al., 2016). It pays
+# whenever memory, not time, decides what fits: a longer sequence, a
+# bigger batch, a deeper model on the same device.
+#
+# ## 7. Sliding-window attention
+#
+# Every remedy so far computes exact, full attention. The cheapest
+# attention is the one not computed at all. In sliding-window (local)
+# attention each position attends only to its $w$ most recent
+# positions, itself included. [Chapter 2](02_masks) built the mask:
+
+# %%
+mask_chart(local_mask(16, 4),
+           title="Sliding-window causal mask, L = 16, w = 4")
+
+# %% [markdown]
+# A causal mask allows $L(L+1)/2$ pairs; a window allows at most $w$ per
+# query, about $L w$ in all. As a mask alone this saves nothing: the plain
+# function still computes all $L^2$ scores and throws most of them away.
+# The saving is real only when the computation skips what the mask
+# forbids. For one block of queries $i \in [a, b)$ the allowed keys are
+# $j \in [a - w + 1, b)$, a band of at most $b - a + w - 1$ keys. Attending
+# block by block over that band only:
+
+# %%
+def sliding_window_attention(q, k, v, w, block=256):
+    """Causal attention over the last w positions, computing only the
+    band of keys each block of queries can see.
+
+    Shape: q, k, v: (..., L, D); output: (..., L, D).
+    """
+    L = q.size(-2)
+    outputs = []
+    for a in range(0, L, block):
+        b = min(a + block, L)
+        lo = max(0, a - w + 1)  # the first key any query in [a, b) sees
+        i = torch.arange(a, b, device=q.device).unsqueeze(1)  # (Lb, 1)
+        j = torch.arange(lo, b, device=q.device)  # (Lband,)
+        band = (j <= i) & (j > i - w)  # (Lb, Lband), True = may attend
+        out, _ = scaled_dot_product_attention(
+            q[..., a:b, :], k[..., lo:b, :], v[..., lo:b, :], band
+        )  # (..., Lb, D)
+        outputs.append(out)
+    return torch.cat(outputs, dim=-2)  # (..., L, D)
+
+
+seed_everything(11)
+L, w = 4096, 256
+q, k, v = torch.randn(3, 1, 1, L, 64, device=measure_on)  # (B, H, L, D)
+window = local_mask(L, w, measure_on)  # (1, L, L)
+with torch.no_grad():
+    masked, _ = scaled_dot_product_attention(q, k, v, window)
+    banded = sliding_window_attention(q, k, v, w)
+print(f"largest |banded - masked|: {(banded - masked).abs().max():.1e}")
+print(f"allowed pairs: window {window.sum().item():,}, causal "
+      f"{L * (L + 1) // 2:,}, all {L * L:,}")
+
+# %% tags=["remove-cell"]
+torch.testing.assert_close(banded, masked, rtol=1e-5, atol=1e-5)
+assert window.sum().item() == L * w - w * (w - 1) // 2
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+with torch.no_grad():
+    full_call = lambda: scaled_dot_product_attention(q, k, v, window)
+    band_call = lambda: sliding_window_attention(q, k, v, w)
+    window_mib = {"masked": peak_memory(full_call, measure_on) / MiB,
+                  "banded": peak_memory(band_call, measure_on) / MiB}
+    window_ms = {"masked": 1e3 * seconds(full_call, repeats=2),
+                 "banded": 1e3 * seconds(band_call, repeats=2)}
+window_time = window_ms["masked"] / window_ms["banded"]
+window_memory = window_mib["masked"] / window_mib["banded"]
+print(f"L = {L}, w = {w}: masked full {window_ms['masked']:.0f} ms, "
+      f"{window_mib['masked']:.0f} MiB; banded {window_ms['banded']:.0f} "
+      f"ms, {window_mib['banded']:.1f} MiB")
+speedups.append(("sliding window", f"time, L = {L}, w = {w}", window_time))
+speedups.append(("sliding window", f"peak memory, L = {L}, w = {w}",
+                 window_memory))
+
+# %% tags=["remove-cell"]
+assert window_memory > 8, window_mib
+if device.type == "cpu":
+    assert window_time > 2, window_ms  # ~15x measured
+
+# %% [markdown]
+# Both cost and memory now grow as $L\,w$ instead of $L^2$. What is
+# lost is reach: one layer sees only $w$ positions back. Stacking layers
+# restores some of it, since layer $n$ can draw on positions up to about
+# $n(w - 1)$ back through the layers below; Mistral 7B (Jiang et al.,
+# 2023) uses a window of 4096 this way. Sliding windows are the simplest
+# **sparse attention** pattern. The Sparse Transformer (Child et al.,
+# 2019) adds strided positions; Longformer (Beltagy et al., 2020) and
+# BigBird (Zaheer et al., 2020) add a few global tokens that see and are
+# seen by every position. A further family replaces the softmax by a
+# kernel approximation or a low-rank projection to reach linear cost
+# (Linformer, Wang et al., 2020; Performer, Choromanski et al., 2021),
+# at the price of computing something other than exact attention.
+#
+# ## 8. When one device is not enough: model parallelism
+#
+# Everything above makes one device go further. Large models also need several.
+# **Data parallelism** gives every device a full copy of the model and a share
+# of each batch, and averages the gradients ([chapter 7](07_translation) trains
+# this way with `torch.distributed`); it speeds training up but does not shrink
+# the model's footprint. ZeRO (Rajbhandari et al., 2020) and PyTorch's FSDP
+# shard the optimizer state, gradients and weights across the data-parallel
+# devices and gather each layer only while it runs. **Tensor parallelism**
+# (Megatron-LM, Shoeybi et al., 2019) splits each weight matrix: attention
+# heads, and the columns then rows of the feed-forward network, go to different
+# devices, with one all-reduce per sublayer; it needs fast links between the
+# devices. **Pipeline parallelism** (GPipe, Huang et al., 2019) gives each
+# device a range of layers and keeps them all busy by streaming micro-batches
+# through the stages. For very long sequences, **sequence (context)
+# parallelism** splits the positions, passing blocks of keys and values around
+# a ring of devices while each computes the online softmax of section 2 for its
+# own queries (Ring Attention, Liu et al., 2023). None of this fits on one
+# laptop, so none of it is measured here.
+#
+# ## 9. What it all bought, on this machine
+#
+# Every ratio the chapter measured, old over new, so that larger is
+# better and a ratio below 1 is a slowdown (for checkpointing, the
+# price paid for its memory):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"{platform.machine()}, {torch.get_num_threads()} thread(s), "
+      f"device {device}")
+pd.DataFrame(speedups, columns=["remedy", "measured on", "ratio"]
+             ).set_index("remedy").round(2)
+
+# %% [markdown]
+# On a GPU the picture changes in degree, not in kind; the benchmark
+# (`python -m transformer_lite.bench`) measures it wherever it runs.
+# The memory ratios carry over, since they are properties of the
+# algorithms. Fused attention gains much more time than on a CPU, because
+# a GPU's plain attention is limited by memory traffic, the very thing
+# fusion removes. bfloat16 (or float16 with loss scaling) runs matrix
+# products on tensor cores, several times faster than float32, which
+# often makes mixed precision the largest single speed-up for training
+# there. The cache
+# matters most where generation is limited by memory bandwidth, with large
+# models, long outputs and many sequences at once. Checkpointing trades
+# the same third of extra compute for memory that lets a larger batch or
+# a longer sequence fit.
+#
+# ## Summary
+#
+# - Plain attention stores two $(L, L)$ matrices: 512 MiB for one
+#   float32 head at $L = 8192$. Its memory grows as $L^2$.
+# - The online softmax keeps a running maximum $m$, sum $\ell$ and
+#   output $o$ per query, rescaled by $\alpha = e^{m_{\text{old}} -
+#   m_{\text{new}}}$ when the maximum grows; it is exact, and it lets
+#   `chunked_attention` visit the keys in chunks, with flat memory,
+#   equal to plain attention in value and gradient.
+# - Fused kernels (FlashAttention and its relatives) run that loop in
+#   one kernel, so the matrix never reaches main memory;
+#   `F.scaled_dot_product_attention` picks flash, memory-efficient,
+#   cuDNN or math on a GPU, and a fused C++ kernel on the CPU.
+#   `MultiHeadAttention(fused=True)` uses it and equals the
+#   hand-written path.
+# - The KV cache turns $O(n^2)$ projections of a generated sequence into
+#   $O(n)$; `greedy_decode(..., use_cache=True)` gives the same tokens
+#   and computed 32 positions instead of 528 for 32 tokens.
+# - bfloat16 has float32's range and 8 bits of precision; float16 has
+#   more precision, less range, and needs loss scaling. Masks filled
+#   with `torch.finfo(dtype).min` stay correct in both;
+#   `transformer_lite.precision` trains under autocast, and the
+#   bfloat16 loss curve follows the float32 one.
+# - Gradient checkpointing (`encoder.checkpointing = True`) gives the
+#   same gradients with several times less activation memory, for one
+#   extra forward pass.
+# - Sliding-window attention computes only a band of width $w$: cost
+#   and memory $O(Lw)$, at the price of reach.
+# - Beyond one device: data, tensor, pipeline and sequence parallelism.
+#
+# ## Exercises
+#
+# 1. **Chunk size.** At $L = 4096$, measure the peak memory of
+#    `chunked_attention(q, k, v, chunk_size=c, query_chunk_size=c)` for
+#    $c = 64, 128, \dots, 4096$ with `efficient.peak_memory`, under
+#    `torch.no_grad()`. Predict the curve first: which tensors of shape
+#    $(c, c)$ exist at once? Plot memory and time against $c$; where does
+#    the time stop improving, and why does $c = L$ bring plain
+#    attention's memory back?
+# 2. **Fewer checkpoints.** Checkpoint only every second layer of the
+#    encoder and decoder: subclass `Encoder`, or write a loop with
+#    `torch.utils.checkpoint.checkpoint` around pairs of layers. Assert
+#    that the gradients still equal the plain ones, and measure peak
+#    memory and time for "none", "every layer" and "every second
+#    layer". Which would you choose for $N = 16$ layers?
+# 3. **float16 without a scaler.** On the copy task of section 5, cast
+#    the gradients to float16 and back after each `backward` (this
+#    imitates float16 training on a CPU) and train with and without
+#    multiplying the loss by $2^{12}$ first (divide the gradients by it
+#    again before the step). Count the gradient entries that became
+#    exactly zero in each case, and compare the loss curves. Then try a
+#    factor of $2^{24}$: what happens, and what would `GradScaler` do?

@@ -1,0 +1,159 @@
+"""The benchmark's plumbing, on tiny sizes with one repeat: what it
+writes and prints, that contenders take turns, that the nn.Transformer it
+races is our model's exact twin. No timing is asserted."""
+
+import inspect
+import json
+
+import pytest
+import torch
+
+from transformer_lite.bench import check_targets, main, peak_tflops
+from transformer_lite.bench_cases import alternate
+from transformer_lite.bench_models import (
+    PAD_ID,
+    QUICK,
+    TorchReference,
+    our_model,
+    random_batch,
+)
+from transformer_lite.decoding import greedy_decode
+from transformer_lite.interop import (
+    from_torch_decoder_layer,
+    from_torch_encoder_layer,
+)
+
+TRAINING = ("ours (plain)", "ours (fused)", "nn.Transformer")
+ATTENTION = ("plain", "chunked", "fused")
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    """One ``--quick --repeats 1`` run: its result, JSON and printout."""
+    path = tmp_path_factory.mktemp("bench") / "bench.json"
+    with pytest.MonkeyPatch.context() as mp:
+        printed = []
+        mp.setattr("builtins.print", lambda *a, **k: printed.append(a))
+        result = main(["--quick", "--repeats", "1", "--json", str(path)])
+    text = "\n".join(" ".join(str(x) for x in args) for args in printed)
+    return result, json.loads(path.read_text()), text
+
+
+def test_json_holds_every_measurement(quick_run):
+    result, written, _ = quick_run
+    assert written == json.loads(json.dumps(result))
+    assert set(written) == {
+        "machine",
+        "sizes",
+        "repeats",
+        "training",
+        "decoding",
+        "attention",
+        "targets",
+    }
+    assert written["repeats"] == 1
+    assert written["machine"]["torch"] == torch.__version__
+    training = written["training"]
+    for name in TRAINING:
+        assert len(training[name]["times_s"]) == 1
+        assert training[name]["median_s"] > 0
+        assert training[name]["tokens_per_s"] > 0
+    assert training["flops_per_step"] > 0
+    assert training["ratio_fused"] == pytest.approx(
+        training["ours (fused)"]["median_s"]
+        / training["nn.Transformer"]["median_s"]
+    )
+    lengths = [row["new_tokens"] for row in written["decoding"]]
+    assert lengths == list(QUICK.decode_tokens)
+    for row in written["decoding"]:
+        assert len(row["recompute"]["times_s"]) == 1
+    lengths = [row["length"] for row in written["attention"]]
+    assert lengths == list(QUICK.attention_lengths)
+    for row in written["attention"]:
+        for name in ATTENTION:
+            assert row[name]["peak_bytes"] > 0
+            assert len(row[name]["times_s"]) == 1
+
+
+def test_decoding_compares_the_cache_once_it_exists(quick_run):
+    _, written, _ = quick_run
+    has_cache = "use_cache" in inspect.signature(greedy_decode).parameters
+    for row in written["decoding"]:
+        assert ("cached" in row) == has_cache
+        if has_cache:
+            assert row["same_tokens"] is True
+            assert row["speedup"] > 0
+
+
+def test_printout_is_markdown_tables(quick_run):
+    _, written, text = quick_run
+    for title in ("Machine", "Training step", "Greedy decoding"):
+        assert f"## {title}" in text
+    assert "## Attention alone" in text and "## Targets" in text
+    tables = [
+        block.splitlines()
+        for block in text.split("\n\n")
+        if block.startswith("| ")
+    ]
+    assert len(tables) == 5
+    for lines in tables:
+        columns = lines[0].count("|")
+        assert lines[1].startswith("|---")
+        assert all(line.count("|") == columns for line in lines)
+    assert f"{written['training']['parameters']:,}" in text
+
+
+def test_contenders_take_turns():
+    calls = []
+    contenders = {name: lambda n=name: calls.append(n) for name in "ABC"}
+    times = alternate(contenders, 3, torch.device("cpu"))
+    assert "".join(calls) == "ABCABCABC"
+    assert all(len(t) == 3 for t in times.values())
+
+
+def test_reference_is_our_model_built_from_torch_modules():
+    """Same parameter count, and with our weights copied in, the same
+    logits (float64, eval mode): the race compares like with like."""
+    torch.manual_seed(0)
+    reference = TorchReference(QUICK).double().eval()
+    ours = our_model(QUICK).double()
+    assert sum(p.numel() for p in ours.parameters()) == sum(
+        p.numel() for p in reference.parameters()
+    )
+    torch_stacks = reference.transformer
+    for i, layer in enumerate(torch_stacks.encoder.layers):
+        ours.encoder.layers[i] = from_torch_encoder_layer(layer).double()
+    for i, layer in enumerate(torch_stacks.decoder.layers):
+        ours.decoder.layers[i] = from_torch_decoder_layer(layer).double()
+    ours.src_embed.load_state_dict(reference.src_embed.state_dict())
+    ours.tgt_embed.load_state_dict(reference.tgt_embed.state_dict())
+    ours.generator.load_state_dict(reference.generator.state_dict())
+    ours.eval()  # the layers just built are in training mode
+    src, tgt = random_batch(QUICK, 3, torch.device("cpu"))
+    assert (src == PAD_ID).any()  # the masks are exercised
+    tgt = tgt[:, :-1]
+    torch.testing.assert_close(
+        ours(src, tgt), reference(src, tgt), rtol=1e-10, atol=1e-10
+    )
+
+
+def test_peak_tflops_known_and_unknown_devices():
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert peak_tflops("NVIDIA L40S") == 362.0
+    assert peak_tflops("AMD EPYC 7B13") is None
+
+
+def test_targets_are_checked_in_the_right_direction():
+    results = {
+        "training": {"ratio_fused": 1.01, "ratio_plain": 1.09},
+        "decoding": [{"new_tokens": 64, "speedup": 2.5}],
+        "attention": [{"length": 8192, "plain_over_chunked_memory": 9.0}],
+    }
+    met = {key: c["met"] for key, c in check_targets(results).items()}
+    assert met == {
+        "fused_over_torch": False,
+        "plain_over_torch": True,
+        "cache_speedup": False,
+        "memory_saving": True,
+    }

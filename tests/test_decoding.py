@@ -1,0 +1,203 @@
+"""Tests for transformer_lite.decoding (chapter 6)."""
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_lite import (
+    TransformerConfig,
+    make_model,
+    padding_mask,
+    seed_everything,
+)
+from transformer_lite.decoding import exact_match, greedy_decode
+
+V = 12
+PAD, BOS, EOS = 3, 1, 2  # a pad id other than 0: read from the config
+
+
+class ScriptedModel(nn.Module):
+    """Emits ``script[row][t]`` as token t + 1 whatever came before; the
+    row is read from ``src[:, 0]``. Records how it was called."""
+
+    def __init__(self, script: list[list[int]]) -> None:
+        super().__init__()
+        self.config = TransformerConfig(
+            V,
+            V,
+            n_layers=1,
+            d_model=2,
+            d_ff=2,
+            n_heads=1,
+            max_len=50,
+            pad_id=PAD,
+        )
+        self.script = torch.tensor(script)  # (rows, steps)
+        self.generator = nn.Identity()
+        self.weight = nn.Parameter(torch.zeros(()))  # gives it a device
+        self.calls = []
+
+    def _record(self, name: str) -> None:
+        self.calls.append((name, self.training, torch.is_grad_enabled()))
+
+    def encode(self, src, src_mask):
+        self._record("encode")
+        return src[:, :1, None].float()  # (B, 1, 1): the row's script
+
+    def decode(self, memory, src_mask, tgt, tgt_mask=None):
+        self._record("decode")
+        rows = memory[:, 0, 0].long()  # (B,)
+        next_token = self.script[rows, tgt.size(1) - 1]  # (B,)
+        scores = nn.functional.one_hot(next_token, V).float()  # (B, V)
+        return scores.unsqueeze(1).expand(-1, tgt.size(1), -1)  # (B, L, V)
+
+
+SCRIPT = [
+    [5, 6, EOS, 7, 8, 9],
+    [5, EOS, 9, 9, 9, 9],
+    [4, 4, 4, 4, EOS, 9],
+]
+
+
+def scripted_src(rows=(0, 1, 2)) -> torch.Tensor:
+    return torch.tensor([[r, 7, 7] for r in rows])  # (B, 3)
+
+
+def test_rows_stop_at_eos_and_are_padded_after_it():
+    model = ScriptedModel(SCRIPT)
+    out = greedy_decode(model, scripted_src(), None, 7, BOS, EOS)
+    expected = torch.tensor(
+        [
+            [BOS, 5, 6, EOS, PAD, PAD],
+            [BOS, 5, EOS, PAD, PAD, PAD],
+            [BOS, 4, 4, 4, 4, EOS],
+        ]
+    )
+    assert torch.equal(out, expected)  # 6 < max_len: all rows finished
+    assert [c[0] for c in model.calls] == ["encode"] + ["decode"] * 5
+
+
+def test_without_eos_every_row_runs_to_max_len():
+    model = ScriptedModel(SCRIPT)
+    out = greedy_decode(model, scripted_src(), None, 7, BOS)
+    assert torch.equal(out[:, 1:], model.script)
+    assert out.shape == (3, 7)
+    assert torch.equal(out[:, 0], torch.full((3,), BOS))
+
+
+def test_max_len_cuts_rows_that_have_not_finished():
+    model = ScriptedModel(SCRIPT)
+    out = greedy_decode(model, scripted_src(), None, 3, BOS, EOS)
+    assert torch.equal(
+        out, torch.tensor([[BOS, 5, 6], [BOS, 5, EOS], [BOS, 4, 4]])
+    )
+    out = greedy_decode(model, scripted_src(), None, 1, BOS, EOS)
+    assert torch.equal(out, torch.full((3, 1), BOS))
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_decoding_runs_in_eval_mode_without_gradients(training):
+    model = ScriptedModel(SCRIPT)
+    model.train(training)
+    greedy_decode(model, scripted_src(), None, 5, BOS, EOS)
+    assert model.calls[0][0] == "encode"
+    assert {c[1:] for c in model.calls} == {(False, False)}
+    assert model.training == training  # the mode is restored
+
+
+def test_mode_is_restored_when_decoding_fails():
+    model = ScriptedModel(SCRIPT)
+    model.train()
+    with pytest.raises(IndexError):  # the script has only 6 steps
+        greedy_decode(model, scripted_src(), None, 9, BOS)
+    assert model.training
+
+
+def real_model(seed: int = 0) -> nn.Module:
+    seed_everything(seed)
+    model = make_model(
+        V,
+        V,
+        n_layers=2,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        dropout=0.1,
+        pad_id=PAD,
+    )
+    return model.double()
+
+
+def padded_source(seed: int = 0) -> tuple[torch.Tensor, list[int]]:
+    """Five rows of different real lengths, padded to the longest."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [6, 2, 4, 6, 3]
+    src = torch.randint(4, V, (len(lengths), max(lengths)), generator=g)
+    for row, n in enumerate(lengths):
+        src[row, n:] = PAD
+    return src, lengths
+
+
+def test_each_row_equals_the_row_decoded_alone():
+    model = real_model()
+    src, lengths = padded_source()
+    free = greedy_decode(model, src, padding_mask(src, PAD), 9, BOS)
+    eos = int(free[1, 3])  # a token row 1 emits: some rows will stop
+    batched = greedy_decode(model, src, padding_mask(src, PAD), 9, BOS, eos)
+    alone = [
+        greedy_decode(model, src[i : i + 1, :n], None, 9, BOS, eos)[0]
+        for i, n in enumerate(lengths)
+    ]
+    assert batched.size(1) == max(len(row) for row in alone)
+    assert any(len(row) < 9 for row in alone)  # eos did stop some row
+    for i, row in enumerate(alone):
+        assert torch.equal(batched[i, : len(row)], row)
+        assert (batched[i, len(row) :] == PAD).all()
+
+
+def test_greedy_choice_is_the_argmax_of_the_full_forward_pass():
+    """Teacher-forcing the decoded output reproduces it: each token is the
+    most likely next token given the ones before."""
+    model = real_model().eval()
+    src, _ = padded_source(seed=1)
+    src_mask = padding_mask(src, PAD)
+    out = greedy_decode(model, src, src_mask, 8, BOS)
+    with torch.no_grad():
+        logits = model(src, out[:, :-1], src_mask)  # (B, 7, V)
+    assert torch.equal(logits.argmax(-1), out[:, 1:])
+
+
+def test_inputs_are_checked():
+    model = real_model()
+    src, _ = padded_source()
+    mask = padding_mask(src, PAD)
+    bad = [
+        (dict(src=src[0]), "src must be a"),
+        (dict(src_mask=mask[:, 0]), "src_mask must be"),
+        (dict(src_mask=mask.long()), "src_mask must be"),
+        (dict(src_mask=mask[:2]), "src_mask must be"),
+        (dict(max_len=0), "max_len"),
+        (dict(max_len=model.config.max_len + 1), "max_len"),
+        (dict(bos_id=V), "bos_id"),
+        (dict(bos_id=-1), "bos_id"),
+        (dict(eos_id=V), "eos_id"),
+    ]
+    for override, match in bad:
+        kwargs = dict(src=src, src_mask=mask, max_len=5, bos_id=BOS)
+        with pytest.raises(ValueError, match=match):
+            greedy_decode(model, **{**kwargs, **override})
+
+
+def test_exact_match_pads_the_shorter_side():
+    expected = torch.tensor([[BOS, 5, 6, EOS, PAD], [BOS, 7, EOS, PAD, PAD]])
+    predicted = torch.tensor([[BOS, 5, 6, EOS], [BOS, 7, 7, EOS]])
+    assert exact_match(predicted, expected, PAD).tolist() == [True, False]
+    assert exact_match(expected, predicted, PAD).tolist() == [True, False]
+    assert exact_match(predicted[:, :2], expected, PAD).tolist() == [
+        False,
+        False,
+    ]
+    with pytest.raises(ValueError, match="batch sizes"):
+        exact_match(predicted[:1], expected, PAD)
+    with pytest.raises(ValueError, match=r"\(B, L\)"):
+        exact_match(predicted[0], expected, PAD)

@@ -1,0 +1,96 @@
+"""Greedy decoding with the KV cache (``use_cache=True``, chapter 8) gives
+the same tokens as decoding every prefix again, and really feeds the
+model one new token per step."""
+
+import pytest
+import torch
+
+from transformer_lite import make_model, padding_mask, seed_everything
+from transformer_lite.decoding import greedy_decode
+
+V = 16
+PAD, BOS = 3, 1  # a pad id other than 0: read from the config
+
+
+def model_for(norm_first: bool, dtype: torch.dtype, seed: int = 0):
+    seed_everything(seed)
+    model = make_model(V, V, n_layers=2, d_model=32, d_ff=64, n_heads=4,
+                       dropout=0.1, norm_first=norm_first, pad_id=PAD)
+    return model.to(dtype)
+
+
+def padded_source(seed: int = 0) -> torch.Tensor:
+    """Six rows of different real lengths, padded to the longest."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = [7, 2, 5, 7, 3, 1]
+    src = torch.randint(4, V, (len(lengths), max(lengths)), generator=g)
+    for row, n in enumerate(lengths):
+        src[row, n:] = PAD
+    return src
+
+
+def decode_both(model, src, max_len, eos_id):
+    mask = padding_mask(src, PAD)
+    return [
+        greedy_decode(model, src, mask, max_len, BOS, eos_id,
+                      use_cache=use_cache)
+        for use_cache in (False, True)
+    ]
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=str)
+def test_cached_tokens_equal_recomputed_tokens(norm_first, dtype):
+    model = model_for(norm_first, dtype)
+    src = padded_source()
+    free, free_cached = decode_both(model, src, 12, None)
+    assert torch.equal(free_cached, free)
+    # An eos that some rows emit and others do not: rows stop at
+    # different steps and are padded after it.
+    eos = int(free[1, 2])
+    plain, cached = decode_both(model, src, 12, eos)
+    assert torch.equal(cached, plain)
+    stopped = (plain == eos).any(dim=1)
+    assert stopped.any() and plain.size(1) <= 12
+    assert (plain == PAD).any()  # padding after eos is compared too
+
+
+def test_a_pad_token_inside_a_row_is_masked_as_without_the_cache():
+    """If a row emits the pad id before it ends, the full decoder masks
+    that key (``target_mask``); the cached step must mask it too."""
+    model = model_for(False, torch.float64)
+    src = padded_source(seed=1)
+    free = greedy_decode(model, src, None, 10, BOS)
+    token = int(free[0, 2])  # emitted mid-row by row 0
+    model.config.pad_id = token  # from now on that token is padding
+    plain, cached = decode_both(model, src.masked_fill(src == PAD, token),
+                                10, None)
+    assert (plain[:, 1:-1] == token).any()
+    assert torch.equal(cached, plain)
+
+
+def test_each_step_feeds_only_the_newest_token():
+    model = model_for(True, torch.float64)
+    src = padded_source()
+    lengths = []
+    model.decoder.register_forward_pre_hook(
+        lambda module, args: lengths.append(args[0].size(1))
+    )
+    out = greedy_decode(model, src, None, 9, BOS, use_cache=True)
+    assert lengths == [1] * (out.size(1) - 1)
+    lengths.clear()
+    greedy_decode(model, src, None, 9, BOS, use_cache=False)
+    assert lengths == list(range(1, out.size(1)))
+
+
+def test_the_cache_runs_to_max_len_and_restores_the_mode():
+    seed_everything(0)
+    model = make_model(V, V, n_layers=1, d_model=16, d_ff=16, n_heads=2,
+                       max_len=12, pad_id=PAD).double().train()
+    src = padded_source()
+    out = greedy_decode(model, src, None, 1, BOS, use_cache=True)
+    assert torch.equal(out, torch.full((src.size(0), 1), BOS))
+    out = greedy_decode(model, src, None, 12, BOS, use_cache=True)
+    assert out.size(1) == 12  # every position of the positional table
+    assert torch.equal(out, greedy_decode(model, src, None, 12, BOS))
+    assert model.training  # the mode is restored

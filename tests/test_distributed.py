@@ -1,0 +1,136 @@
+"""Data-parallel training (chapter 7): two processes on the CPU (gloo)
+take the same step as one process on the whole global batch."""
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+
+from transformer_lite import make_model
+from transformer_lite.distributed import shard, train_step, world
+from transformer_lite.training import Batch, LabelSmoothingLoss
+
+V, PAD = 11, 0
+LENGTHS = [(3, 9), (7, 2), (5, 5), (2, 8), (6, 3)]  # (S, T) of each row
+
+
+def global_batches() -> list[Batch]:
+    """Two global batches of 5 rows; the shares of 3 and 2 rows hold
+    different numbers of target tokens, so normalising the loss per
+    process (rather than over the global batch) would show."""
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(2):
+        src = torch.zeros(5, 8, dtype=torch.long)
+        tgt = torch.zeros(5, 10, dtype=torch.long)
+        for row, (s, t) in enumerate(LENGTHS):
+            src[row, :s] = torch.randint(1, V, (s,), generator=g)
+            tgt[row, :t] = torch.randint(1, V, (t,), generator=g)
+        batches.append(Batch(src, tgt, PAD))
+    return batches
+
+
+def setup() -> tuple[nn.Module, torch.optim.Optimizer, nn.Module]:
+    torch.manual_seed(0)
+    model = make_model(
+        V, V, n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.0
+    ).double()
+    # Plain SGD: the step is the gradient itself. (Adam would turn the
+    # round-off in gradients that are exactly zero in theory, such as
+    # those of the key biases, into steps of size lr.)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    loss_fn = LabelSmoothingLoss(V, PAD, 0.1, reduction="sum")
+    return model, optimizer, loss_fn
+
+
+def worker(rank: int, world_size: int, port: int, out: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world_size,
+    )
+    try:
+        model, optimizer, loss_fn = setup()
+        replica = nn.parallel.DistributedDataParallel(model)
+        losses = [
+            train_step(replica, batch, loss_fn, optimizer)
+            for batch in global_batches()
+        ]
+        assert world() == (rank, world_size)
+        torch.save(
+            {"state": model.state_dict(), "losses": losses},
+            os.path.join(out, f"rank{rank}.pt"),
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_step_like_one(tmp_path):
+    mp.spawn(worker, args=(2, free_port(), str(tmp_path)), nprocs=2)
+    ranks = [
+        torch.load(tmp_path / f"rank{r}.pt", weights_only=True)
+        for r in range(2)
+    ]
+    model, optimizer, loss_fn = setup()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    losses = [
+        train_step(model, batch, loss_fn, optimizer)
+        for batch in global_batches()
+    ]
+    moved = [
+        not torch.equal(v, before[k]) for k, v in model.state_dict().items()
+    ]
+    assert sum(moved) > len(moved) / 2  # the steps did change the model
+    for name, value in model.state_dict().items():
+        for rank in ranks:
+            torch.testing.assert_close(
+                rank["state"][name],
+                value,
+                rtol=1e-10,
+                atol=1e-12,
+                msg=f"{name} differs from one process",
+            )
+    for rank in ranks:
+        assert rank["losses"] == pytest.approx(losses, rel=1e-12)
+
+
+def test_shards_split_the_rows():
+    batch = global_batches()[0]
+    shares = [shard(batch, r, 2) for r in range(2)]
+    assert [s.src.size(0) for s in shares] == [3, 2]
+    assert torch.equal(torch.cat([s.src for s in shares]), batch.src)
+    assert sum(s.n_tokens for s in shares) == batch.n_tokens
+    with pytest.raises(ValueError, match="rank 2 of 2"):
+        shard(batch, 2, 2)
+    with pytest.raises(ValueError, match="batch of 5 rows"):
+        shard(batch, 0, 6)
+
+
+def test_one_process_step_is_a_plain_step():
+    """Without a process group, train_step is the usual mean-loss step."""
+    model, optimizer, loss_fn = setup()
+    batch = global_batches()[0]
+    reference, ref_opt, _ = setup()
+    loss = train_step(model, batch, loss_fn, optimizer, clip_norm=None)
+    mean_loss = LabelSmoothingLoss(V, PAD, 0.1)
+    logits = reference(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    expected = mean_loss(logits, batch.tgt_out)
+    expected.backward()
+    expected = float(expected.detach())
+    ref_opt.step()
+    assert loss == pytest.approx(expected, rel=1e-12)
+    for a, b in zip(model.parameters(), reference.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)

@@ -1,0 +1,190 @@
+"""Mixed precision (chapter 8): bfloat16 autocast trains with finite
+losses and gradients under padding and causal masks, even with query rows
+that may attend to nothing; its loss is close to float32's; float16 gets
+a GradScaler on CUDA and a clear error elsewhere."""
+
+import copy
+
+import pytest
+import torch
+from conftest import CUDA
+
+from transformer_lite import (
+    MultiHeadAttention,
+    causal_mask,
+    make_model,
+    scaled_dot_product_attention,
+    seed_everything,
+)
+from transformer_lite.precision import (
+    autocast,
+    check_amp,
+    grad_scaler,
+    train_step,
+)
+from transformer_lite.training import Batch, LabelSmoothingLoss
+
+V, PAD, BOS, EOS = 13, 0, 1, 2
+
+
+def tiny_model(device, dropout=0.0, seed=0):
+    seed_everything(seed)
+    return make_model(V, V, n_layers=2, d_model=32, d_ff=64, n_heads=4,
+                      dropout=dropout, pad_id=PAD).to(device)
+
+
+def awkward_batch(device="cpu") -> Batch:
+    """Right padding, left padding (target queries 0 and 1 see only
+    padding) and a source row that is all padding (its cross-attention
+    rows see nothing)."""
+    src = torch.tensor([
+        [BOS, 5, 6, 7, 8, EOS],
+        [BOS, 5, EOS, PAD, PAD, PAD],
+        [PAD, PAD, PAD, PAD, PAD, PAD],
+    ])
+    tgt = torch.tensor([
+        [BOS, 5, 6, 7, 8, EOS, PAD],
+        [PAD, PAD, BOS, 9, 4, EOS, PAD],
+        [BOS, 3, 3, EOS, PAD, PAD, PAD],
+    ])
+    return Batch(src, tgt, PAD).to(device)
+
+
+def test_the_batch_really_has_empty_query_rows():
+    batch = awkward_batch()
+    assert not batch.tgt_mask[1, 0].any() and not batch.tgt_mask[1, 1].any()
+    assert not batch.src_mask[2].any()
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
+def test_bfloat16_step_gives_finite_loss_and_gradients(fused):
+    model = tiny_model("cpu", dropout=0.1)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.fused = fused
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.1)
+    before = copy.deepcopy(model.state_dict())
+    loss = train_step(model, awkward_batch(), loss_fn, optimizer,
+                      amp_dtype=torch.bfloat16)
+    assert torch.isfinite(torch.tensor(loss)) and loss > 0
+    for name, p in model.named_parameters():
+        assert p.dtype == torch.float32, name  # the weights stay float32
+        assert p.grad is not None and p.grad.dtype == torch.float32, name
+        assert torch.isfinite(p.grad).all(), name
+    changed = [not torch.equal(before[k], v)
+               for k, v in model.state_dict().items()]
+    assert any(changed)
+
+
+def test_bfloat16_loss_is_close_to_the_float32_loss():
+    model = tiny_model("cpu").eval()  # no dropout: the same function
+    batch = awkward_batch()
+    loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.0)
+    with torch.no_grad():
+        full = loss_fn(model(batch.src, batch.tgt_in), batch.tgt_out)
+        with autocast("cpu", torch.bfloat16):
+            logits = model(batch.src, batch.tgt_in)  # (B, T, V)
+            half = loss_fn(logits, batch.tgt_out)
+    assert logits.dtype == torch.bfloat16  # autocast really was on
+    assert torch.isfinite(half)
+    torch.testing.assert_close(half.float(), full, rtol=3e-2, atol=3e-2)
+
+
+def test_bfloat16_gradients_are_close_to_float32_gradients():
+    model = tiny_model("cpu")
+    batch = awkward_batch()
+    loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.0)
+    grads = []
+    for amp_dtype in (None, torch.bfloat16):
+        model.zero_grad()
+        with autocast("cpu", amp_dtype):
+            loss = loss_fn(model(batch.src, batch.tgt_in), batch.tgt_out)
+        loss.backward()
+        grads.append(torch.cat([p.grad.flatten()
+                                for p in model.parameters()]))
+    full, half = grads
+    assert torch.isfinite(half).all()
+    cosine = torch.nn.functional.cosine_similarity(full, half, dim=0)
+    assert cosine > 0.99, cosine
+
+
+def test_attention_under_autocast_keeps_empty_rows_at_zero():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 5, 8, generator=g) for _ in range(3))
+    mask = causal_mask(5).unsqueeze(0).repeat(2, 1, 1, 1)  # (B, 1, L, L)
+    mask[0, :, 3] = False  # query 3 of the first row may attend to nothing
+    with autocast("cpu", torch.bfloat16):
+        out, w = scaled_dot_product_attention(q, k, v, mask)
+    assert out.dtype == torch.bfloat16  # the products ran in bfloat16
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    assert (out[0, :, 3] == 0).all() and (w[0, :, 3] == 0).all()
+    full, _ = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out.float(), full, rtol=5e-2, atol=5e-2)
+
+
+def test_float32_step_is_the_plain_step():
+    batch = awkward_batch()
+    loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.1)
+    models = [tiny_model("cpu"), tiny_model("cpu")]
+    optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+    ours = train_step(models[0], batch, loss_fn, optimizers[0], None)
+    # the same step written out
+    optimizers[1].zero_grad()
+    loss = loss_fn(models[1](batch.src, batch.tgt_in, batch.src_mask,
+                             batch.tgt_mask), batch.tgt_out)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(models[1].parameters(), 1.0)
+    optimizers[1].step()
+    assert ours == loss.item()
+    for a, b in zip(models[0].parameters(), models[1].parameters(),
+                    strict=True):
+        assert torch.equal(a, b)
+
+
+def test_no_scaler_except_for_float16():
+    assert grad_scaler("cpu", None) is None
+    assert grad_scaler("cpu", torch.bfloat16) is None
+
+
+@pytest.mark.parametrize(
+    "device, amp_dtype, match",
+    [
+        ("cpu", torch.float16, "on cpu use amp_dtype=torch.bfloat16"),
+        ("cpu", torch.float32, "amp_dtype must be None"),
+        ("cpu", torch.int8, "amp_dtype must be None"),
+    ],
+)
+def test_unsupported_choices_explain_themselves(device, amp_dtype, match):
+    with pytest.raises(ValueError, match=match):
+        check_amp(device, amp_dtype)
+    with pytest.raises(ValueError, match=match):
+        autocast(device, amp_dtype)
+    with pytest.raises(ValueError, match=match):
+        grad_scaler(device, amp_dtype)
+
+
+def test_float16_without_a_scaler_is_refused():
+    model = tiny_model("cpu")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(ValueError, match="float16 needs a scaler"):
+        train_step(model, awkward_batch(), LabelSmoothingLoss(V, PAD),
+                   optimizer, amp_dtype=torch.float16)
+
+
+@pytest.mark.skipif(not CUDA, reason="float16 with a GradScaler needs CUDA")
+def test_float16_with_a_scaler_on_cuda():
+    model = tiny_model("cuda", dropout=0.1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.1)
+    scaler = grad_scaler("cuda", torch.float16)
+    assert isinstance(scaler, torch.amp.GradScaler)
+    losses = [
+        train_step(model, awkward_batch("cuda"), loss_fn, optimizer,
+                   torch.float16, scaler)
+        for _ in range(20)
+    ]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    assert losses[-1] < losses[0]
+    for p in model.parameters():
+        assert p.dtype == torch.float32 and torch.isfinite(p).all()
