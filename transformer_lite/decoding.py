@@ -192,7 +192,7 @@ def exact_match(predicted: Tensor, expected: Tensor, pad_id: int) -> Tensor:
 
 
 def gnmt_length_penalty(length: Tensor, alpha: float) -> Tensor:
-    """GNMT's length penalty ((5 + |Y|) / 6) ** alpha (Wu et al., 2016).
+    """GNMT's length penalty ((5 + len(Y)) / 6) ** alpha (Wu et al., 2016).
 
     Beam search ranks a hypothesis Y by log P(Y | X) / lp(Y): without it
     (alpha = 0) every extra token lowers the score and short outputs win.
@@ -220,7 +220,7 @@ def beam_search(
     kept or dropped. At each
     step every hypothesis is extended by every token; of the k * V
     candidates of a source the k with the highest score log P / lp stay
-    (lp: :func:`gnmt_length_penalty`, |Y| counting the tokens after
+    (lp: :func:`gnmt_length_penalty`, len(Y) counting the tokens after
     ``bos_id``, EOS included). A hypothesis that has emitted ``eos_id``
     is finished: it stays a candidate, extended by padding at no cost.
     Decoding stops when every kept hypothesis has finished or the output
