@@ -1196,8 +1196,8 @@ print(f"cross-entropy: {loss.item():.2f}  (uniform guess: "
 assert loss.item() > 0.9 * math.log(V)
 
 # %% [markdown]
-# Chapter 6 trains models like this one, starting with exactly this copy
-# task.
+# [Chapter 6](06_training) trains models like this one, starting with
+# exactly this copy task.
 #
 # ## Summary
 #

@@ -586,7 +586,7 @@ speedups.append(("fused kernel", f"peak memory, L = {lengths[-1]}",
 # ## 4. The key/value cache
 #
 # Generation is sequential: to produce token $t + 1$ the decoder needs
-# tokens $1..t$. Greedy decoding as written in chapter 6
+# tokens $1..t$. Greedy decoding as written in [chapter 6](06_training)
 # runs the decoder over the whole prefix at every step. In each layer,
 # step $t$ projects all $t$ positions to queries, keys and values,
 # $O(t\,C^2)$, and attends among them, $O(t^2 C)$. Summed over $n$ steps
@@ -872,7 +872,7 @@ assert abs(half.item() - full.item()) < 0.05 * full.item()
 print(inspect.getsource(train_step))
 
 # %% [markdown]
-# Now a short run on the copy task of chapter 6, twice
+# Now a short run on the copy task of [chapter 6](06_training), twice
 # from the same seed on the same batches: once in float32, once under
 # bfloat16 autocast.
 
@@ -1142,7 +1142,7 @@ if device.type == "cpu":
 #
 # Everything above makes one device go further. Large models also need several.
 # **Data parallelism** gives every device a full copy of the model and a share
-# of each batch, and averages the gradients (chapter 7 trains
+# of each batch, and averages the gradients ([chapter 7](07_translation) trains
 # this way with `torch.distributed`); it speeds training up but does not shrink
 # the model's footprint. ZeRO (Rajbhandari et al., 2020) and PyTorch's FSDP
 # shard the optimizer state, gradients and weights across the data-parallel

@@ -8,7 +8,6 @@ from torch import Tensor, nn
 
 from transformer_lite import (
     TransformerConfig,
-    causal_mask,
     make_model,
     padding_mask,
     seed_everything,
@@ -213,15 +212,12 @@ def test_bad_arguments():
 
 
 def teacher_forced_score(model, src, ys, eos, alpha) -> float:
-    """log P(ys | src) / lp from one full forward pass (no cache). The
-    target mask is causal only: an untrained model may emit the padding
-    id, which decoding treats as any other token."""
+    """log P(ys | src) / lp from one full forward pass (no cache)."""
     tokens = ys.tolist()
     end = tokens.index(eos) + 1 if eos in tokens else len(tokens)
     ys = ys[:end].unsqueeze(0)  # (1, L)
     with torch.no_grad():
-        logits = model(src, ys[:, :-1], None, causal_mask(end - 1))
-    log_p = logits.log_softmax(-1)  # (1, L - 1, V)
+        log_p = model(src, ys[:, :-1]).log_softmax(-1)  # (1, L - 1, V)
     total = log_p[0].gather(-1, ys[0, 1:, None]).sum()
     return float(total / gnmt_length_penalty(torch.tensor(end - 1.0), alpha))
 

@@ -1,6 +1,7 @@
 """Tests for the chapter 7 data in transformer_lite.data: number words,
 splits, the TSV reader and length-bucketed batches."""
 
+import collections
 from pathlib import Path
 
 import pytest
@@ -8,6 +9,7 @@ import torch
 
 from transformer_lite.data import (
     PAD_ID,
+    balance_digits,
     bucket_batches,
     number_pairs,
     number_splits,
@@ -61,6 +63,30 @@ def test_splits_refuse_impossible_sizes():
         number_splits(40, 5, 10, max_digits=2)
     with pytest.raises(ValueError, match="n_valid"):
         number_splits(10, 0, 10)
+
+
+def test_balance_digits_repeats_rare_digit_counts():
+    assert balance_digits([5, 7, 21, 4000], 4) == [
+        5, 5, 7, 7, 21, 21, 21, 21, 4000, 4000, 4000, 4000]  # fmt: skip
+    numbers = number_splits(2000, 10, 10, seed=1)["train"]
+    balanced = balance_digits(numbers, 300)
+    assert set(balanced) == set(numbers)  # nothing lost, nothing new
+    before = collections.Counter(len(str(n)) for n in numbers)
+    after = collections.Counter(len(str(n)) for n in balanced)
+    assert before[1] == 10 and after[1] == 300  # every digit, 30 times
+    assert after[2] == before[2] * round(300 / before[2])
+    for d in (4, 5, 6):  # common counts are left alone
+        assert before[d] > 300 and after[d] == before[d]
+    assert balance_digits(numbers, 1) == numbers
+
+
+def test_balance_digits_bad_input():
+    with pytest.raises(ValueError, match="at_least"):
+        balance_digits([1, 2], 0)
+    with pytest.raises(ValueError, match=">= 0"):
+        balance_digits([1, -2], 3)
+    with pytest.raises(ValueError, match="ints"):
+        balance_digits([1, "2"], 3)
 
 
 def test_read_tsv_fixture():

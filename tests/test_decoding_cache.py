@@ -14,8 +14,17 @@ PAD, BOS = 3, 1  # a pad id other than 0: read from the config
 
 def model_for(norm_first: bool, dtype: torch.dtype, seed: int = 0):
     seed_everything(seed)
-    model = make_model(V, V, n_layers=2, d_model=32, d_ff=64, n_heads=4,
-                       dropout=0.1, norm_first=norm_first, pad_id=PAD)
+    model = make_model(
+        V,
+        V,
+        n_layers=2,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        dropout=0.1,
+        norm_first=norm_first,
+        pad_id=PAD,
+    )
     return model.to(dtype)
 
 
@@ -32,8 +41,9 @@ def padded_source(seed: int = 0) -> torch.Tensor:
 def decode_both(model, src, max_len, eos_id):
     mask = padding_mask(src, PAD)
     return [
-        greedy_decode(model, src, mask, max_len, BOS, eos_id,
-                      use_cache=use_cache)
+        greedy_decode(
+            model, src, mask, max_len, BOS, eos_id, use_cache=use_cache
+        )
         for use_cache in (False, True)
     ]
 
@@ -63,8 +73,9 @@ def test_a_pad_token_inside_a_row_is_masked_as_without_the_cache():
     free = greedy_decode(model, src, None, 10, BOS)
     token = int(free[0, 2])  # emitted mid-row by row 0
     model.config.pad_id = token  # from now on that token is padding
-    plain, cached = decode_both(model, src.masked_fill(src == PAD, token),
-                                10, None)
+    plain, cached = decode_both(
+        model, src.masked_fill(src == PAD, token), 10, None
+    )
     assert (plain[:, 1:-1] == token).any()
     assert torch.equal(cached, plain)
 
@@ -85,8 +96,20 @@ def test_each_step_feeds_only_the_newest_token():
 
 def test_the_cache_runs_to_max_len_and_restores_the_mode():
     seed_everything(0)
-    model = make_model(V, V, n_layers=1, d_model=16, d_ff=16, n_heads=2,
-                       max_len=12, pad_id=PAD).double().train()
+    model = (
+        make_model(
+            V,
+            V,
+            n_layers=1,
+            d_model=16,
+            d_ff=16,
+            n_heads=2,
+            max_len=12,
+            pad_id=PAD,
+        )
+        .double()
+        .train()
+    )
     src = padded_source()
     out = greedy_decode(model, src, None, 1, BOS, use_cache=True)
     assert torch.equal(out, torch.full((src.size(0), 1), BOS))

@@ -29,24 +29,36 @@ V, PAD, BOS, EOS = 13, 0, 1, 2
 
 def tiny_model(device, dropout=0.0, seed=0):
     seed_everything(seed)
-    return make_model(V, V, n_layers=2, d_model=32, d_ff=64, n_heads=4,
-                      dropout=dropout, pad_id=PAD).to(device)
+    return make_model(
+        V,
+        V,
+        n_layers=2,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        dropout=dropout,
+        pad_id=PAD,
+    ).to(device)
 
 
 def awkward_batch(device="cpu") -> Batch:
     """Right padding, left padding (target queries 0 and 1 see only
     padding) and a source row that is all padding (its cross-attention
     rows see nothing)."""
-    src = torch.tensor([
-        [BOS, 5, 6, 7, 8, EOS],
-        [BOS, 5, EOS, PAD, PAD, PAD],
-        [PAD, PAD, PAD, PAD, PAD, PAD],
-    ])
-    tgt = torch.tensor([
-        [BOS, 5, 6, 7, 8, EOS, PAD],
-        [PAD, PAD, BOS, 9, 4, EOS, PAD],
-        [BOS, 3, 3, EOS, PAD, PAD, PAD],
-    ])
+    src = torch.tensor(
+        [
+            [BOS, 5, 6, 7, 8, EOS],
+            [BOS, 5, EOS, PAD, PAD, PAD],
+            [PAD, PAD, PAD, PAD, PAD, PAD],
+        ]
+    )
+    tgt = torch.tensor(
+        [
+            [BOS, 5, 6, 7, 8, EOS, PAD],
+            [PAD, PAD, BOS, 9, 4, EOS, PAD],
+            [BOS, 3, 3, EOS, PAD, PAD, PAD],
+        ]
+    )
     return Batch(src, tgt, PAD).to(device)
 
 
@@ -65,15 +77,17 @@ def test_bfloat16_step_gives_finite_loss_and_gradients(fused):
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.1)
     before = copy.deepcopy(model.state_dict())
-    loss = train_step(model, awkward_batch(), loss_fn, optimizer,
-                      amp_dtype=torch.bfloat16)
+    loss = train_step(
+        model, awkward_batch(), loss_fn, optimizer, amp_dtype=torch.bfloat16
+    )
     assert torch.isfinite(torch.tensor(loss)) and loss > 0
     for name, p in model.named_parameters():
         assert p.dtype == torch.float32, name  # the weights stay float32
         assert p.grad is not None and p.grad.dtype == torch.float32, name
         assert torch.isfinite(p.grad).all(), name
-    changed = [not torch.equal(before[k], v)
-               for k, v in model.state_dict().items()]
+    changed = [
+        not torch.equal(before[k], v) for k, v in model.state_dict().items()
+    ]
     assert any(changed)
 
 
@@ -101,8 +115,7 @@ def test_bfloat16_gradients_are_close_to_float32_gradients():
         with autocast("cpu", amp_dtype):
             loss = loss_fn(model(batch.src, batch.tgt_in), batch.tgt_out)
         loss.backward()
-        grads.append(torch.cat([p.grad.flatten()
-                                for p in model.parameters()]))
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
     full, half = grads
     assert torch.isfinite(half).all()
     cosine = torch.nn.functional.cosine_similarity(full, half, dim=0)
@@ -131,14 +144,17 @@ def test_float32_step_is_the_plain_step():
     ours = train_step(models[0], batch, loss_fn, optimizers[0], None)
     # the same step written out
     optimizers[1].zero_grad()
-    loss = loss_fn(models[1](batch.src, batch.tgt_in, batch.src_mask,
-                             batch.tgt_mask), batch.tgt_out)
+    loss = loss_fn(
+        models[1](batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask),
+        batch.tgt_out,
+    )
     loss.backward()
     torch.nn.utils.clip_grad_norm_(models[1].parameters(), 1.0)
     optimizers[1].step()
     assert ours == loss.item()
-    for a, b in zip(models[0].parameters(), models[1].parameters(),
-                    strict=True):
+    for a, b in zip(
+        models[0].parameters(), models[1].parameters(), strict=True
+    ):
         assert torch.equal(a, b)
 
 
@@ -168,8 +184,13 @@ def test_float16_without_a_scaler_is_refused():
     model = tiny_model("cpu")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(ValueError, match="float16 needs a scaler"):
-        train_step(model, awkward_batch(), LabelSmoothingLoss(V, PAD),
-                   optimizer, amp_dtype=torch.float16)
+        train_step(
+            model,
+            awkward_batch(),
+            LabelSmoothingLoss(V, PAD),
+            optimizer,
+            amp_dtype=torch.float16,
+        )
 
 
 @pytest.mark.skipif(not CUDA, reason="float16 with a GradScaler needs CUDA")
@@ -180,8 +201,14 @@ def test_float16_with_a_scaler_on_cuda():
     scaler = grad_scaler("cuda", torch.float16)
     assert isinstance(scaler, torch.amp.GradScaler)
     losses = [
-        train_step(model, awkward_batch("cuda"), loss_fn, optimizer,
-                   torch.float16, scaler)
+        train_step(
+            model,
+            awkward_batch("cuda"),
+            loss_fn,
+            optimizer,
+            torch.float16,
+            scaler,
+        )
         for _ in range(20)
     ]
     assert all(torch.isfinite(torch.tensor(losses)))

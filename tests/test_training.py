@@ -681,15 +681,13 @@ def test_load_needs_saved_optimizer_state_to_restore_it(tmp_path):
 
 COPY_VOCAB = 13  # PAD, BOS, EOS and 10 symbols
 COPY_LEN = 10  # symbols per sequence
-COPY_STEPS = 350  # optimizer steps of 64 fresh sequences each
+COPY_STEPS = 200  # optimizer steps of 64 fresh sequences each
 # Token embeddings drawn small, so that positions dominate at the start:
 # the default (Xavier) init gives them std 1.3 after the sqrt(d_model)
-# scale for a vocabulary this small, and the model then needs about twice
-# the steps to learn where to look.
+# scale for a vocabulary this small, and training then needs several
+# times the steps and keeps flipping a few sequences. Label smoothing
+# (0.1) matters too: without it the held-out score kept oscillating.
 EMBED_STD = 0.05
-# Label smoothing 0.2 rather than the paper's 0.1: with 0.1 two seeds in
-# eight still flipped a few held-out sequences between steps 300 and 400.
-COPY_SMOOTHING = 0.2
 
 
 @pytest.fixture
@@ -708,7 +706,7 @@ def test_small_model_learns_the_copy_task(one_thread):
     model = make_model(
         COPY_VOCAB,
         COPY_VOCAB,
-        n_layers=2,
+        n_layers=1,
         d_model=64,
         d_ff=128,
         n_heads=4,
@@ -721,7 +719,7 @@ def test_small_model_learns_the_copy_task(one_thread):
     )
     scheduler = noam_scheduler(optimizer, d_model=64, warmup=50, factor=0.5)
     train = copy_task_batches(COPY_STEPS, 64, COPY_LEN, COPY_VOCAB, 1)
-    loss_fn = LabelSmoothingLoss(COPY_VOCAB, PAD_ID, COPY_SMOOTHING)
+    loss_fn = LabelSmoothingLoss(COPY_VOCAB, PAD_ID, smoothing=0.1)
     train_epoch(model, train, loss_fn, optimizer, scheduler, progress=False)
     held_out = copy_task_held_out(500, COPY_LEN, COPY_VOCAB)
     decoded = greedy_decode(

@@ -138,9 +138,17 @@ def _ms(entry: dict) -> str:
 
 def _machine_table(m: dict) -> str:
     header = ["cpu", "cores", "threads", "torch", "device", "load (1 min)"]
-    load = f"{m['load_average_1min']:.1f} .. {m['load_average_1min_end']:.1f}"
+    start, end = m["load_average_1min"], m["load_average_1min_end"]
     row = [m["cpu"], m["cores"], m["threads"], m["torch"], m["device_name"]]
-    return _table(header, [row + [load]])
+    table = _table(header, [row + [f"{start:.1f} .. {end:.1f}"]])
+    # Others' work: the load before we started, or beyond our own threads.
+    if max(start, end - m["threads"]) >= 1.0:
+        table += (
+            "\n\n**The machine was busy** (other processes kept a core or"
+            " more busy): timings are inflated and noisy, ratios less so."
+            " Rerun on a quiet machine, or compare with --threads 1."
+        )
+    return table
 
 
 def _training_table(t: dict, peak: float | None) -> str:

@@ -10,6 +10,8 @@ correct Transformer learns it in seconds. Every sequence reads
 with symbols x_i drawn uniformly from the ids that are not special.
 """
 
+import collections
+import functools
 import random
 
 import torch
@@ -26,6 +28,7 @@ __all__ = [
     "MAX_DIGITS",
     "PAD_ID",
     "PAIRS",
+    "balance_digits",
     "bucket_batches",
     "copy_task_batches",
     "copy_task_held_out",
@@ -171,6 +174,7 @@ LANGUAGES = {"de": "German", "en": "English", "fr": "French"}
 PAIRS = ("de-en", "fr-en")  # source-target, as the Annotated Transformer
 
 
+@functools.lru_cache(maxsize=2**20)
 def number_words(number: int, lang: str) -> str:
     """``number`` written out in words (``num2words``), e.g.
     ``number_words(421, "de") == "vierhunderteinundzwanzig"``."""
@@ -220,6 +224,29 @@ def number_splits(
         "valid": numbers[n_train : n_train + n_valid],
         "test": numbers[n_train + n_valid :],
     }
+
+
+def balance_digits(numbers: list[int], at_least: int) -> list[int]:
+    """The numbers, with those of rare digit counts repeated (chapter 7).
+
+    A split of distinct numbers runs out of short ones: there are ten of
+    one digit and ninety of two, against 900 000 of six. Every number of
+    a digit count with ``c`` members appears ``max(1, round(at_least /
+    c))`` times, so each count of digits holds about ``at_least``
+    entries or more. Order is kept, copies next to each other;
+    ``bucket_batches`` shuffles.
+
+    Example: ``balance_digits([5, 7, 21, 4000], 4) == [5, 5, 7, 7, 21,
+    21, 21, 21, 4000, 4000, 4000, 4000]``.
+    """
+    _check_sizes(at_least=at_least)
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers):
+        raise ValueError("numbers must be ints")
+    if any(n < 0 for n in numbers):
+        raise ValueError(f"numbers must be >= 0, got {min(numbers)}")
+    count = collections.Counter(len(str(n)) for n in numbers)
+    copies = {d: max(1, round(at_least / c)) for d, c in count.items()}
+    return [n for n in numbers for _ in range(copies[len(str(n))])]
 
 
 def number_pairs(

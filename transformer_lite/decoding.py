@@ -287,7 +287,8 @@ def _beam_search(model, src, src_mask, max_len, bos_id, eos_id, k, alpha):
     finished = torch.zeros(B * k, dtype=torch.bool, device=device)
     offsets = torch.arange(B, device=device).unsqueeze(1) * k  # (B, 1)
     for _ in range(max_len - 1):
-        hidden = model.decode(memory, src_mask, ys[:, -1:], cache=cache)
+        keys = padding_mask(ys, pad_id)  # (B*k, 1, L), as greedy's cache
+        hidden = model.decode(memory, src_mask, ys[:, -1:], keys, cache)
         logits = model.generator(hidden[:, -1])  # (B*k, V)
         dtype = torch.promote_types(logits.dtype, torch.float32)
         step = logits.to(dtype).log_softmax(dim=-1)  # (B*k, V)

@@ -67,10 +67,11 @@ class TranslateConfig:
     n_valid: int = 500  # held out, for the validation loss
     n_test: int = 1000  # held out, for the final scores
     max_digits: int = 6  # numbers below a million
+    digits_share: float = 0.1  # repeat short numbers up to this share
     src_vocab: int = 130  # BPE vocabulary of the source, specials included
     tgt_vocab: int = 120  # and of the target
     n_layers: int = 2  # small: the task needs little depth
-    d_model: int = 128  # C: a million parameters in all
+    d_model: int = 128  # C: under a million parameters in all
     d_ff: int = 256  # 2 C: wider costs time, gains nothing here
     n_heads: int = 4  # H, so D = 32
     dropout: float = 0.1  # as the paper
@@ -186,9 +187,8 @@ def train(
     generator = torch.Generator().manual_seed(config.seed)
     first_saved = config.steps - (config.keep_last - 1) * config.save_every
     main = is_main_process()
-    bar = tqdm(
-        total=config.steps, desc="train", disable=not progress or not main
-    )
+    quiet = not progress or not main
+    bar = tqdm(total=config.steps, desc="train", disable=quiet, leave=False)
     start, cpu_start = time.perf_counter(), time.process_time()
     step = 0
     while step < config.steps:
@@ -274,7 +274,7 @@ def _train_command(args: argparse.Namespace) -> int:
     )
     name = config.pair if args.tsv is None else args.tsv.stem
     path = args.model or args.model_dir / f"{name}.pt"
-    valid = test = None
+    valid = test = tokenizers = None
     if args.tsv is not None:
         pairs = data.read_tsv(args.tsv)
     else:
@@ -289,8 +289,14 @@ def _train_command(args: argparse.Namespace) -> int:
             data.number_pairs(splits[name], config.pair)
             for name in ("train", "valid", "test")
         )
+        tokenizers = train_tokenizers(pairs, config)  # distinct numbers
+        at_least = round(config.digits_share * config.n_train)
+        balanced = data.balance_digits(splits["train"], at_least)
+        pairs = data.number_pairs(balanced, config.pair)
     checkpoints = path.with_name(path.stem + "-checkpoints")
-    result = train(pairs, config, checkpoints, valid, progress=not args.quiet)
+    result = train(
+        pairs, config, checkpoints, valid, tokenizers, progress=not args.quiet
+    )
     if not is_main_process():
         return 0
     model, extra = average_checkpoints(result.checkpoints)
