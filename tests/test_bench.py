@@ -146,7 +146,7 @@ def test_peak_tflops_known_and_unknown_devices():
 
 def test_targets_are_checked_in_the_right_direction():
     results = {
-        "training": {"ratio_fused": 1.01, "ratio_plain": 1.09},
+        "training": {"paired_ratio_fused": 1.01, "paired_ratio_plain": 1.09},
         "decoding": [{"new_tokens": 64, "speedup": 2.5}],
         "attention": [{"length": 8192, "plain_over_chunked_memory": 9.0}],
     }

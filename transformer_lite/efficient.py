@@ -10,8 +10,11 @@ al., 2022) runs inside one GPU kernel. Here it is plain PyTorch, one
 operation per line. :func:`peak_memory` measures what it saves.
 """
 
+import contextlib
 import math
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor, nn
@@ -155,6 +158,26 @@ def _attend_block(
     return (o / ell).to(value.dtype)  # (..., Lq, Dv)
 
 
+@contextlib.contextmanager
+def _silent_stderr() -> Iterator[None]:
+    """Send file descriptor 2 to the null device for a moment: C++ code
+    writes there directly, past ``sys.stderr``."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no descriptor 2: nothing to silence
+        yield
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(null)
+
+
 def peak_memory(
     fn: Callable[[], object], device: torch.device | str = "cpu"
 ) -> int:
@@ -180,8 +203,14 @@ def peak_memory(
         return torch.cuda.max_memory_allocated(device) - before
     if device.type != "cpu":
         raise ValueError(f"peak_memory supports cpu and cuda, got {device}")
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as p:
+    p = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _silent_stderr():  # the profiler's C++ logs "profiler_start"
+        p.start()
+    try:
         fn()
+    finally:
+        with _silent_stderr():
+            p.stop()
     events = [
         e
         for e in p.profiler.kineto_results.events()
