@@ -67,8 +67,11 @@ browser-test: book  ## open every page of the book in headless Chromium
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider
 
+# Jupyter refuses to run as root unless told; containers often are root.
+ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
+
 lab: install $(IPYNB)  ## open the notebooks in JupyterLab
-	$(BIN)/jupyter lab notebooks
+	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks
 
 lint: install  ## ruff, 79 columns
 	$(BIN)/ruff check transformer_lite tests notebooks
