@@ -55,6 +55,7 @@ from torch.optim.lr_scheduler import LambdaLR
 
 import transformer_lite
 from transformer_lite import default_device, make_model, seed_everything
+from transformer_lite.checkpoint import load_checkpoint, save_checkpoint
 from transformer_lite.data import (
     BOS_ID,
     EOS_ID,
@@ -71,10 +72,8 @@ from transformer_lite.training import (
     LabelSmoothingLoss,
     evaluate,
     fit,
-    load_checkpoint,
     noam_lr,
     noam_scheduler,
-    save_checkpoint,
     train_epoch,
 )
 from transformer_lite.viz import heads_chart, heatmap, mask_chart

@@ -71,6 +71,7 @@ import torch
 
 import transformer_lite
 from transformer_lite import decoding, default_device, seed_everything
+from transformer_lite.checkpoint import average_checkpoints
 from transformer_lite.data import (
     balance_digits,
     bucket_batches,
@@ -87,7 +88,7 @@ from transformer_lite.decoding import (
 from transformer_lite.distributed import train_step
 from transformer_lite.metrics import bleu, chrf, errors, scores
 from transformer_lite.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer_lite.training import LabelSmoothingLoss, average_checkpoints
+from transformer_lite.training import LabelSmoothingLoss
 from transformer_lite.translate import (
     TranslateConfig,
     train,

@@ -84,3 +84,18 @@ def test_lines_fit_the_page(path):
         if len(line) > 79
     ]
     assert not long, f"{path.name}: lines over 79 columns: {long[:5]}"
+
+
+def test_api_page_lists_every_public_module():
+    """The book's API reference (notebooks/api.md) names every module of
+    the package but the benchmark's two helpers."""
+    package = NOTEBOOKS.parent / "transformer_lite"
+    modules = {
+        p.stem
+        for p in package.glob("*.py")
+        if p.stem != "__init__" and not p.stem.startswith("bench_")
+    }
+    api = (NOTEBOOKS / "api.md").read_text()
+    listed = set(re.findall(r"api-module:: transformer_lite\.(\w+)", api))
+    assert modules - listed == set(), "modules missing from api.md"
+    assert listed - modules == set(), "api.md names modules that do not exist"

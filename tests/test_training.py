@@ -12,6 +12,11 @@ from transformer_lite import (
     seed_everything,
     target_mask,
 )
+from transformer_lite.checkpoint import (
+    CHECKPOINT_FORMAT,
+    load_checkpoint,
+    save_checkpoint,
+)
 from transformer_lite.data import (
     BOS_ID,
     EOS_ID,
@@ -21,16 +26,13 @@ from transformer_lite.data import (
 )
 from transformer_lite.decoding import exact_match, greedy_decode
 from transformer_lite.training import (
-    CHECKPOINT_FORMAT,
     Batch,
     History,
     LabelSmoothingLoss,
     evaluate,
     fit,
-    load_checkpoint,
     noam_lr,
     noam_scheduler,
-    save_checkpoint,
     train_epoch,
 )
 

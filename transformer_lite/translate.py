@@ -29,6 +29,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from transformer_lite import data
+from transformer_lite.checkpoint import average_checkpoints
 from transformer_lite.device import default_device, seed_everything
 from transformer_lite.distributed import (
     init_distributed,
@@ -42,7 +43,6 @@ from transformer_lite.tokenizer import PAD_ID
 from transformer_lite.tokenizer import SubwordTokenizer as Tokenizer
 from transformer_lite.training import (
     LabelSmoothingLoss,
-    average_checkpoints,
     evaluate,
     noam_scheduler,
 )

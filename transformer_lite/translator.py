@@ -8,11 +8,11 @@ both tokenizers in one checkpoint file.
 import os
 from collections.abc import Sequence
 
+from transformer_lite.checkpoint import load_checkpoint, save_checkpoint
 from transformer_lite.decoding import beam_search
 from transformer_lite.model import Transformer
 from transformer_lite.tokenizer import BOS_ID, EOS_ID
 from transformer_lite.tokenizer import SubwordTokenizer as Tokenizer
-from transformer_lite.training import load_checkpoint, save_checkpoint
 
 __all__ = ["Translator"]
 
@@ -68,7 +68,7 @@ class Translator:
         return out
 
     def save(self, path: str | os.PathLike, **extra: object) -> None:
-        """A checkpoint (:func:`~transformer_lite.training.save_checkpoint`)
+        """A checkpoint (:func:`~transformer_lite.checkpoint.save_checkpoint`)
         holding the tokenizers too; loads with ``weights_only=True``."""
         save_checkpoint(
             path,
