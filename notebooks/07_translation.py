@@ -124,8 +124,7 @@ table = pd.DataFrame(
      for lang in ("de", "fr", "en")},
     index=pd.Index(examples, name="number"),
 )
-with pd.option_context("display.max_colwidth", 60):
-    print(table.to_string())
+table
 
 # %% tags=["remove-cell"]
 assert number_words(21, "de") == "einundzwanzig"
@@ -175,7 +174,7 @@ assert number_words(727727, "de") == de727 + "tausend" + de727
 
 # %%
 config = TranslateConfig()
-print(config)
+print(textwrap.fill(repr(config), 79))
 splits = number_splits(config.n_train, config.n_valid, config.n_test,
                        config.max_digits, config.seed)
 pairs = {name: number_pairs(numbers, config.pair)
@@ -184,7 +183,7 @@ for name, numbers in splits.items():
     digits = collections.Counter(len(str(n)) for n in numbers)
     print(f"{name:5s} {len(numbers):6d} numbers; by digits: "
           + ", ".join(f"{d}: {digits[d]}" for d in sorted(digits)))
-print(pairs["train"][0])
+print("for example:", " -> ".join(pairs["train"][0]))
 
 # %% tags=["remove-cell"]
 sets = {name: set(numbers) for name, numbers in splits.items()}
@@ -683,9 +682,8 @@ number_of = dict(zip(test_sources, splits["test"], strict=True))
 error_table = pd.DataFrame(
     [{"number": number_of[row["source"]], **row} for row in wrong_rows]
 )
-with pd.option_context("display.max_colwidth", 70, "display.width", 200):
-    print(f"{len(error_table)} errors in {len(test_sources)}:")
-    print(error_table.to_string(index=False))
+print(f"{len(error_table)} errors in {len(test_sources)}:")
+error_table
 
 # %% tags=["remove-cell"]
 assert len(error_table) == round(10 * (100 - runs[4]["exact match"]))
