@@ -18,8 +18,8 @@
 # Transformer shows this on Multi30k, German image captions translated
 # to English, which needs a download and an hour on a GPU. This chapter
 # needs neither: its corpus is generated on the spot, and it trains on
-# two CPU cores in little more than a minute. The task is small, but it
-# is real.
+# two CPU cores in a minute and a half. The task is small, but it is
+# real.
 #
 # We translate **numbers written out in words** from German to English:
 #
@@ -212,14 +212,14 @@ assert sum(n < 1000 for n in splits["train"]) > 0.04 * config.n_train
 # show it, because it holds few short numbers. So for training we repeat
 # the numbers of the rare digit counts, as a real corpus would, where
 # "five" is far more common than "six hundred thousand and five":
-# `balance_digits` repeats them until each count of digits makes about a
-# tenth of the training set (`digits_share`), 2000 examples, and leaves
+# `balance_digits` repeats them until each count of digits makes about
+# 15% of the training split (`digits_share`), 3000 examples, and leaves
 # the common counts alone. Validation and test keep their numbers as
 # drawn.
 
 # %%
 show(balance_digits)
-at_least = round(config.digits_share * config.n_train)  # 2000
+at_least = round(config.digits_share * config.n_train)  # 3000
 train_numbers = balance_digits(splits["train"], at_least)
 train_pairs = number_pairs(train_numbers, config.pair)
 before = collections.Counter(len(str(n)) for n in splits["train"])
@@ -228,7 +228,7 @@ print(pd.DataFrame({"distinct numbers": before, "training examples": after})
       .sort_index().rename_axis("digits").T.to_string())
 
 # %% tags=["remove-cell"]
-assert after[1] == 2000 and after[3] >= 1500  # each one-digit 200 times
+assert after[1] == 3000 and after[3] >= 3000  # each one-digit 300 times
 assert set(train_numbers) == set(splits["train"])
 assert all(after[d] == before[d] for d in (4, 5, 6))
 
@@ -432,6 +432,62 @@ assert sum(p.numel() for p in model.parameters()) < 10**6
 # training loss down to a little above the floor: the model generalises
 # rather than memorises.
 #
+# ## Averaging the last checkpoints
+#
+# Vaswani et al. (2017) did not keep the weights of the last step: for
+# the base model they averaged the last five checkpoints, written ten
+# minutes apart. Near the end of training the weights wander around a
+# minimum with the noise of each batch; their mean lies closer to it than
+# most of the points it averages. `train` saved the weights every 50
+# steps over the last 200; `average_checkpoints` loads the files, checks
+# that they share one configuration, and averages every weight:
+
+# %%
+show(average_checkpoints)
+
+# %% [markdown]
+# We score both models on the 1000 test numbers, decoding greedily
+# (beam search comes below):
+
+# %%
+print("averaging:", [p.name for p in result.checkpoints])
+averaged_model, extra = average_checkpoints(result.checkpoints,
+                                            map_location=device)
+averaged = Translator.from_model(averaged_model, extra)
+test_sources = [s for s, _ in pairs["test"]]
+test_targets = [t for _, t in pairs["test"]]
+averaging = pd.DataFrame({
+    "last step": scores(translator.translate(test_sources, beam_size=1),
+                        test_targets),
+    "average of the last five": scores(
+        averaged.translate(test_sources, beam_size=1), test_targets),
+}).T
+print(averaging.round(2).to_string())
+
+# %% tags=["remove-cell"]
+assert len(result.checkpoints) == config.keep_last == 5
+assert averaging.loc["average of the last five", "exact match"] >= 95
+assert (averaging.loc["average of the last five", "exact match"]
+        >= averaging.loc["last step", "exact match"] - 0.5)
+
+# %% [markdown]
+# Averaging costs a few files on disk and a second, and gives one
+# ordinary model. How much it buys depends on where the last step
+# happened to land. While writing the chapter we trained from seeds 0, 1
+# and 2 (`TranslateConfig(seed=...)`, which also changes the split): the
+# last step scored 98.5, 99.3 and 99.3% exact, the average 98.9, 99.4
+# and 99.3%. A shorter run of 800 steps showed the gap more clearly:
+# from seed 1 its last step scored 97.4% and got 5% of the numbers below
+# 1000 wrong, while its average scored 98.9% and got all of them right.
+# The average is never worse by more than a fraction of a point, and
+# sometimes much better, so it is the one we keep: the rest of the
+# chapter, and the command line, use it.
+
+# %%
+translator = averaged
+model = translator.model
+
+# %% [markdown]
 # ## Saving and loading
 #
 # `Translator.save` writes one file with the configuration, the weights
@@ -501,8 +557,6 @@ show(decoding._beam_search)
 # trained model, on a few test numbers:
 
 # %%
-test_sources = [s for s, _ in pairs["test"]]
-test_targets = [t for _, t in pairs["test"]]
 few = src_tok.encode_batch(test_sources[:50]).to(device)  # (B, S)
 greedy_ys = greedy_decode(model, few, None, 30, BOS_ID, EOS_ID)
 beam1_ys = beam_search(model, few, None, 30, BOS_ID, EOS_ID, beam_size=1)
@@ -554,20 +608,19 @@ assert greedy_run["exact match"] >= 95 and greedy_run["BLEU"] >= 90
 assert beam_run["exact match"] >= 95 and beam_run["BLEU"] >= 90
 assert (beam_run["score"] >= greedy_run["score"] - 1e-5).all()
 assert changed <= 10  # the beam rarely changes the output
-assert beam_run["seconds"] > greedy_run["seconds"]
 
 # %% [markdown]
 # (Times vary with the machine; the other columns do not.) Both clear the
 # bar we set ourselves, at least 95% exact match and a BLEU of at least
 # 90 on held-out numbers, by a wide margin. And here beam search buys
-# nothing: for every test number its score is at least that of the
+# little: for every test number its score is at least that of the
 # greedy output (checked), but it hardly ever finds a *different* output
-# (in this run, not once), so the scores do not move, while the search
-# costs many times the work. The model is too sure of itself for a wider
-# search to matter. Here is how sure: the probability it gives to each
-# token of its greedy outputs (the geometric mean over an output's
-# tokens, averaged over outputs), for the right outputs and for the
-# wrong ones:
+# (the count is under the table), so the scores barely move, while the
+# search decodes $k = 4$ hypotheses for every source. The model is too
+# sure of itself for a wider search to matter. Here is how sure: the
+# probability it gives to each token of its greedy outputs (the
+# geometric mean over an output's tokens, averaged over outputs), for
+# the right outputs and for the wrong ones:
 
 # %%
 ys = runs[1]["ys"]  # the greedy outputs, (B, L)
@@ -672,9 +725,8 @@ assert translator.translate(["fünf", "zwölf", "dreihundertzwölf"]) == [
     "five", "twelve", "three hundred and twelve"]
 
 # %% [markdown]
-# Short numbers are no longer a weak spot. The errors that remain are in
-# the long ones. Here are the test numbers that beam search still gets
-# wrong:
+# Short numbers are no longer a weak spot. Here are the test numbers
+# that beam search still gets wrong:
 
 # %%
 wrong_rows = errors(test_sources, runs[4]["outputs"], test_targets)
@@ -690,41 +742,34 @@ assert len(error_table) == round(10 * (100 - runs[4]["exact match"]))
 assert len(error_table) <= 50
 
 # %% [markdown]
-# The errors are not random. Most are numbers of the form "X hundred
-# thousand and something", such as 800 047,
-# *achthunderttausendsiebenundvierzig*. Where *tausend* follows *hundert*
-# directly, the model writes "eight hundred **and seven** thousand": it
-# fills the empty tens and units of the thousands with a number borrowed
-# from later in the sentence. Nearly all errors *add* words. Such numbers
-# are rare in training:
+# The errors are not random. Look at the digits: nearly every wrong
+# number has a **zero** in it, though only about a third of the test
+# numbers do:
 
 # %%
-def round_thousands(n: int) -> bool:
-    """X00 thousand and something: the thousands have no tens or units."""
-    return n >= 100_000 and (n // 1000) % 100 == 0
+def has_zero(n: int) -> bool:
+    return "0" in str(n)
 
 
-in_training = sum(map(round_thousands, splits["train"]))
-longer = sum(len(r["output"]) > len(r["reference"]) for r in wrong_rows)
-print(f"errors on X00 thousand and something: "
-      f"{sum(map(round_thousands, error_table['number']))} "
-      f"of {len(error_table)}")
-print(f"errors longer than the reference: {longer} of {len(error_table)}")
-print(f"such numbers in training: {in_training} of {config.n_train} "
-      f"({in_training / config.n_train:.1%})")
+zero_errors = sum(map(has_zero, error_table["number"]))
+zero_share = sum(map(has_zero, splits["test"])) / len(splits["test"])
+print(f"errors with a zero digit: {zero_errors} of {len(error_table)}")
+print(f"test numbers with a zero digit: {zero_share:.0%}")
 
 # %% tags=["remove-cell"]
-assert 2 * sum(map(round_thousands, error_table["number"])) > len(
-    error_table)
-assert 4 * longer >= 3 * len(error_table)
-assert in_training / config.n_train < 0.01
+assert zero_errors >= 0.75 * len(error_table)
+assert zero_errors / len(error_table) > 2 * zero_share
 
 # %% [markdown]
-# The other errors are of the same kind: a number of a shape that the
-# training set shows rarely comes out shaped like the common long ones.
-# The model has learnt the frequent patterns well and the rare ones less
-# well; more examples of them should close the gap (the second exercise
-# tries).
+# In words, a zero is silent: 800 047 is *achthunderttausendsiebenundvierzig*
+# and "eight hundred thousand and forty-seven", with nothing said for
+# the empty tens and units of the thousands. The model must notice that
+# a part is *missing*, and that is harder than translating a part that is
+# there; its typical mistake is to fill the gap with a part borrowed from
+# elsewhere in the number ("eight hundred **and seven** thousand"). We
+# found the same pattern in every run we tried, with other seeds too.
+# Numbers with gaps in the same places are rare in training; more of
+# them should close the gap (the second exercise tries).
 #
 # ## Inside the model: every attention map
 #
@@ -832,45 +877,6 @@ assert any(a["▁twenty"] == "undzwanzigtausend" and a["one"] == "ein"
 # mixes the pieces of the one German word.
 
 # %% [markdown]
-# ## Averaging the last checkpoints
-#
-# Vaswani et al. (2017) did not use the weights of the last step: for the
-# base model they averaged the last five checkpoints, written ten minutes
-# apart. Near the end of training the weights wander around a minimum
-# with the noise of each batch; their mean lies closer to it than most of
-# the points it averages. `average_checkpoints` loads the files, checks
-# that they share one configuration, and averages every weight:
-
-# %%
-show(average_checkpoints)
-
-# %%
-print("averaging:", [p.name for p in result.checkpoints])
-averaged_model, extra = average_checkpoints(result.checkpoints,
-                                            map_location=device)
-averaged = Translator.from_model(averaged_model, extra)
-last_outputs = runs[1]["outputs"]
-averaged_outputs = averaged.translate(test_sources, beam_size=1)
-averaging = pd.DataFrame({
-    "last step": scores(last_outputs, test_targets),
-    "average of the last five": scores(averaged_outputs, test_targets),
-}).T
-print(averaging.round(2).to_string())
-
-# %% tags=["remove-cell"]
-assert len(result.checkpoints) == config.keep_last == 5
-assert averaging.loc["average of the last five", "exact match"] >= 95
-assert (averaging.loc["average of the last five"]
-        - averaging.loc["last step"]).abs().max() < 0.5
-
-# %% [markdown]
-# Here the average is as good as the last step, within a fraction of a
-# point. Our run ends on a small learning rate, as the Noam schedule's
-# decay makes it, so the last weights already move little, and the
-# average has little to add. It costs nothing but a few files on disk,
-# and the result is one ordinary model; on longer runs with noisier
-# batches it is a cheap way to smooth the end of training.
-#
 # ## Training on several processes
 #
 # One process on two cores is enough for this chapter. For a larger
@@ -928,7 +934,7 @@ show(train_step)
 # translates whatever you type:
 #
 # ```bash
-# python -m transformer_lite.translate train            # about a minute
+# python -m transformer_lite.translate train            # 1.5 minutes
 # python -m transformer_lite.translate "dreihundertzwölf"
 # three hundred and twelve
 # python -m transformer_lite.translate train --pair fr-en
@@ -987,8 +993,8 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 #   `decode(encode(x))` is exact.
 # - **Length-bucketed batches** cut the padding to a fraction of that of
 #   random batches.
-# - A Transformer of under a million parameters, trained for about a
-#   minute on two CPU cores with label smoothing and the Noam schedule,
+# - A Transformer of under a million parameters, trained for a minute
+#   and a half on two CPU cores with label smoothing and the Noam schedule,
 #   translates at least 95% of unseen numbers exactly, with a BLEU above
 #   90. Short numbers are rare in a split of distinct numbers; repeating
 #   them in training (`balance_digits`) keeps the model from learning
@@ -1002,10 +1008,11 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 #   numbers, exact match is the measure that counts.
 # - The **cross-attention** of the trained model aligns English words
 #   with the German pieces they translate, reordering included.
-# - **Averaging the last checkpoints** gives a model as good as the last
-#   one here; checkpoints load with `weights_only=True`.
-# - The errors left are systematic: rare shapes of numbers (X00 thousand
-#   and something) come out shaped like common ones.
+# - **Averaging the last checkpoints** gives a steadier model than the
+#   last step, for the price of a few files; checkpoints load with
+#   `weights_only=True`.
+# - The errors left are systematic: nearly all are numbers with a zero,
+#   whose words leave a part out, and the model fills the gap.
 # - **Data-parallel training** with `torchrun` and DDP equals
 #   single-process training when each process's summed loss is divided
 #   by the global token count, times the number of processes.
@@ -1018,11 +1025,12 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 #    --pair fr-en`). Is French harder: more steps to reach 95%, or other
 #    errors? Look at the cross-attention of "quatre-vingt-dix-sept" in
 #    the explorer: which French pieces does "ninety" look at?
-# 2. **Rare shapes.** The errors cluster on numbers of the form X00
-#    thousand and something, which make up well under 1% of the training
-#    set. Add 500 more of them to the training split (avoiding the test
-#    and validation numbers) and train again: do those errors go away,
-#    and do others appear? Then the opposite: remove from training every
+# 2. **Silent zeros.** The errors cluster on numbers with a zero. Count
+#    the training numbers of the shapes that fail (for instance X00 000
+#    to X00 999: the thousands have no tens or units), add 500 more of
+#    them to the training split (avoiding the test and validation
+#    numbers) and train again: do those errors go away, and do others
+#    appear? Then the opposite: remove from training every
 #    number whose last two digits are 12 and test on those alone. Does
 #    BPE's odd split of *zwölf* hurt, or does the model cope?
 # 3. **The length penalty.** Decode the test set with `beam_size=4` and

@@ -67,7 +67,7 @@ class TranslateConfig:
     n_valid: int = 500  # held out, for the validation loss
     n_test: int = 1000  # held out, for the final scores
     max_digits: int = 6  # numbers below a million
-    digits_share: float = 0.1  # repeat short numbers up to this share
+    digits_share: float = 0.15  # repeat short numbers up to this share
     src_vocab: int = 130  # BPE vocabulary of the source, specials included
     tgt_vocab: int = 120  # and of the target
     n_layers: int = 2  # small: the task needs little depth
@@ -77,7 +77,7 @@ class TranslateConfig:
     dropout: float = 0.1  # as the paper
     norm_first: bool = True  # pre-LN: faster to train here (chapter 6)
     batch_size: int = 128  # sentences per global batch
-    steps: int = 800  # optimizer steps
+    steps: int = 1200  # optimizer steps
     warmup: int = 200  # Noam schedule warm-up steps
     lr_factor: float = 1.0  # Noam schedule factor
     smoothing: float = 0.1  # label smoothing eps
