@@ -68,6 +68,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+from IPython.display import display
 
 import transformer_lite
 from transformer_lite import decoding, default_device, seed_everything
@@ -734,8 +735,10 @@ number_of = dict(zip(test_sources, splits["test"], strict=True))
 error_table = pd.DataFrame(
     [{"number": number_of[row["source"]], **row} for row in wrong_rows]
 )
-print(f"{len(error_table)} errors in {len(test_sources)}:")
-error_table
+print(f"{len(error_table)} errors in {len(test_sources)} (the German "
+      "sources are in error_table.source):")
+with pd.option_context("display.max_colwidth", None):
+    display(error_table[["number", "output", "reference"]])
 
 # %% tags=["remove-cell"]
 assert len(error_table) == round(10 * (100 - runs[4]["exact match"]))
