@@ -32,3 +32,10 @@ def test_heads_chart_names_and_errors():
         heads_chart(weights, head_names=["only one"])
     with pytest.raises(ValueError, match="labels"):
         heads_chart(weights, queries=["a"])
+
+
+def test_four_heads_fit_the_book_column():
+    """The book's text column is about 700 px wide: four panels, their
+    axes and the legend must fit in it."""
+    spec = heads_chart(torch.rand(4, 3, 3)).to_dict()
+    assert 4 * spec["spec"]["width"] <= 500

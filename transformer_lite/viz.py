@@ -130,7 +130,7 @@ def heads_chart(
     *,
     title: str = "Attention weights per head",
     head_names: Sequence[str] | None = None,
-    size: int = 150,
+    size: int = 120,  # four panels fit the book's text column
 ):
     """One attention heatmap per head, side by side on one colour scale.
 
