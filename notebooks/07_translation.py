@@ -230,6 +230,7 @@ print(pd.DataFrame({"distinct numbers": before, "training examples": after})
 
 # %% tags=["remove-cell"]
 assert after[1] == 3000 and after[3] >= 3000  # each one-digit 300 times
+assert sum(n < 1000 for n in splits["train"]) < 0.05 * config.n_train
 assert set(train_numbers) == set(splits["train"])
 assert all(after[d] == before[d] for d in (4, 5, 6))
 
@@ -467,6 +468,8 @@ print(averaging.round(2).to_string())
 
 # %% tags=["remove-cell"]
 assert len(result.checkpoints) == config.keep_last == 5
+saved_steps = [int(p.stem.split("-")[1]) for p in result.checkpoints]
+assert saved_steps == list(range(config.steps - 200, config.steps + 1, 50))
 assert averaging.loc["average of the last five", "exact match"] >= 95
 assert (averaging.loc["average of the last five", "exact match"]
         >= averaging.loc["last step", "exact match"] - 0.5)
@@ -722,6 +725,7 @@ print(translator.translate(["fünf", "zwölf", "dreihundertzwölf"]))
 # %% tags=["remove-cell"]
 assert (by_digits["test, exact (%)"].dropna() >= 95).all()
 assert exact_by_digits(below_1000, small_outputs).min() >= 99
+assert sum(n < 1000 for n in splits["train"]) > 500  # most were trained on
 assert translator.translate(["fünf", "zwölf", "dreihundertzwölf"]) == [
     "five", "twelve", "three hundred and twelve"]
 
@@ -761,6 +765,7 @@ print(f"test numbers with a zero digit: {zero_share:.0%}")
 
 # %% tags=["remove-cell"]
 assert zero_errors >= 0.75 * len(error_table)
+assert 0.25 < zero_share < 0.4  # "about a third"
 assert zero_errors / len(error_table) > 2 * zero_share
 
 # %% [markdown]

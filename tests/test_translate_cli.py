@@ -100,3 +100,25 @@ def test_train_is_reproducible(tmp_path):
     assert len(runs[0].step_loss) == 3 and len(runs[0].checkpoints) == 1
     first, second = (r.translator.model.state_dict() for r in runs)
     assert all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_cli_trains_on_digit_balanced_numbers(tmp_path, monkeypatch):
+    """The command line trains as chapter 7 does: short numbers repeated
+    (balance_digits), tokenizers learnt on the distinct numbers."""
+    import transformer_lite.translate as translate
+
+    seen = {}
+
+    def recording_train(pairs, config, out_dir, valid, tokenizers, **kw):
+        seen.update(pairs=pairs, config=config, tokenizers=tokenizers)
+        return train(pairs, config, out_dir, valid, tokenizers, **kw)
+
+    monkeypatch.setattr(translate, "train", recording_train)
+    args = ["train", "--model-dir", str(tmp_path), "--digits-share", "0.2"]
+    assert main([*args, *TINY]) == 0
+    english = [target for _, target in seen["pairs"]]
+    one_digit = {"zero", "one", "two", "three", "four", "five", "six",
+                 "seven", "eight", "nine"}  # fmt: skip
+    assert sum(t in one_digit for t in english) >= 0.15 * 200  # ~ 0.2 * 200
+    assert len(english) > 200  # the repeats come on top of the split
+    assert seen["tokenizers"] is not None
