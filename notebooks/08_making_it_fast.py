@@ -41,6 +41,7 @@ import math
 import os
 import platform
 import statistics
+import textwrap
 import time
 
 # peak_memory (below) reads the PyTorch profiler, whose C++ side logs a
@@ -69,15 +70,17 @@ from transformer_lite import (
     scaled_dot_product_attention,
     seed_everything,
 )
-from transformer_lite.bench_cases import bench_attention, bench_decoding
-from transformer_lite.bench_models import Sizes, our_model, random_batch
+from transformer_lite.bench.cases import bench_attention, bench_decoding
+from transformer_lite.bench.fixtures import Sizes, our_model, random_batch
+from transformer_lite.bench.memory import peak_memory
 from transformer_lite.cache import KVCache
-from transformer_lite.data import PAD_ID, copy_task_batches
+from transformer_lite.chunked import chunked_attention
 from transformer_lite.decoding import greedy_decode
-from transformer_lite.efficient import chunked_attention, peak_memory
 from transformer_lite.masks import local_mask
-from transformer_lite.precision import autocast, grad_scaler, train_step
+from transformer_lite.tasks.copy_task import copy_task_batches
+from transformer_lite.tokens import PAD_ID
 from transformer_lite.training import Batch, LabelSmoothingLoss
+from transformer_lite.training.step import autocast, grad_scaler, train_step
 from transformer_lite.viz import mask_chart
 
 seed_everything(0)
@@ -144,7 +147,7 @@ speedups = []  # (remedy, what was compared, measured ratio), for the end
 #
 # - **plain**: the package's `scaled_dot_product_attention`, the formula
 #   one operation per line, which builds both $(L, L)$ matrices;
-# - **chunked**: `transformer_lite.efficient.chunked_attention`, the same
+# - **chunked**: `transformer_lite.chunked.chunked_attention`, the same
 #   formula in plain PyTorch but visiting the keys a chunk at a time, so
 #   that no $(L, L)$ matrix ever exists (section 2 derives it);
 # - **fused**: PyTorch's `F.scaled_dot_product_attention`, one call into
@@ -154,7 +157,7 @@ speedups = []  # (remedy, what was compared, measured ratio), for the end
 # exactly this, and the chapter calls its function rather than keeping
 # a second copy: one head of width $D = 64$ at lengths 512 to 8192, no
 # mask and no gradient. For each contender it records the peak memory
-# (`efficient.peak_memory`: CUDA's peak counter, or on the CPU the
+# (`bench.memory.peak_memory`: CUDA's peak counter, or on the CPU the
 # profiler's log of every allocation and free) and then times it, the
 # contenders taking turns. Its sizes and the function:
 
@@ -635,8 +638,13 @@ n_new = 32
 outputs = {}
 for use_cache in (False, True):
     positions.clear()
-    outputs[use_cache] = greedy_decode(model, src, None, n_new + 1, 1,
-                                       use_cache=use_cache)  # (B, n + 1)
+    outputs[use_cache] = greedy_decode(
+        model,
+        src,
+        max_len=n_new + 1,
+        bos_id=1,
+        use_cache=use_cache,
+    )  # (B, n + 1)
     print(f"use_cache={use_cache!s:5}: the decoder computed "
           f"{sum(positions)} positions for {n_new} new tokens")
 hook.remove()
@@ -654,10 +662,16 @@ assert positions == [1] * n_new
 # positions hold padding.
 
 # %%
-free = greedy_decode(model, src, None, 20, 1)  # (B, 20)
+free = greedy_decode(model, src, max_len=20, bos_id=1)  # (B, 20)
 eos_id = int(free[0, 5])  # a token the first row emits; some rows stop
-stopped = {use_cache: greedy_decode(model, src, None, 20, 1, eos_id,
-                                    use_cache=use_cache)
+stopped = {use_cache: greedy_decode(
+    model,
+    src,
+    max_len=20,
+    bos_id=1,
+    eos_id=eos_id,
+    use_cache=use_cache,
+)
            for use_cache in (False, True)}
 print(stopped[True])
 
@@ -862,14 +876,19 @@ assert logits.dtype == torch.bfloat16 and logits.isfinite().all()
 assert abs(half.item() - full.item()) < 0.05 * full.item()
 
 # %% [markdown]
-# `transformer_lite.precision` holds the few lines that turn a training
-# step into a mixed-precision one: `autocast(device, dtype)` (a context
-# that does nothing for `None`), `grad_scaler(device, dtype)` (a
-# `GradScaler` for float16 on CUDA, `None` otherwise; float16 elsewhere is
-# refused with an explanation), and one optimizer step:
+# Mixed precision is an option of the package's one training step,
+# `train_step` of [chapter 6](06_training), not a second copy of it:
+# `amp_dtype` wraps the forward pass and the loss in
+# `autocast(device, dtype)` (a context that does nothing for `None`),
+# and `scaler` takes a `grad_scaler(device, dtype)`, which scales the
+# loss for float16 on CUDA and otherwise passes it through unchanged
+# (float16 on other devices is refused with an explanation). The lines
+# that differ from a float32 step are few:
 
 # %%
-print(inspect.getsource(train_step))
+step_source = inspect.getsource(train_step)
+body = step_source[step_source.index("    batches = [batches]"):]
+print(textwrap.dedent(body))
 
 # %% [markdown]
 # Now a short run on the copy task of [chapter 6](06_training), twice
@@ -888,14 +907,14 @@ for name, amp_dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
                        n_heads=4, dropout=0.0).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3,
                                  betas=(0.9, 0.98))
-    scaler = grad_scaler(device, amp_dtype)  # None for both
-    loss_fn = LabelSmoothingLoss(V_copy, PAD_ID, smoothing=0.0)
+    scaler = grad_scaler(device, amp_dtype)  # passes the loss through
+    loss_fn = LabelSmoothingLoss(V_copy, PAD_ID, 0.0, reduction="sum")
     curves[name], times = [], []
     for batch in batches:
         synchronize()
         start = time.perf_counter()
         curves[name].append(train_step(model, batch, loss_fn, optimizer,
-                                       amp_dtype, scaler))
+                                       amp_dtype=amp_dtype, scaler=scaler))
         synchronize()
         times.append(time.perf_counter() - start)
     step_seconds[name] = statistics.median(times[10:])
@@ -1207,7 +1226,7 @@ pd.DataFrame(speedups, columns=["remedy", "measured on", "ratio"]
 # - bfloat16 has float32's range and 8 bits of precision; float16 has
 #   more precision, less range, and needs loss scaling. Masks filled
 #   with `torch.finfo(dtype).min` stay correct in both;
-#   `transformer_lite.precision` trains under autocast, and the
+#   `transformer_lite.training.step` trains under autocast, and the
 #   bfloat16 loss curve follows the float32 one.
 # - Gradient checkpointing (`encoder.checkpointing = True`) gives the
 #   same gradients with several times less activation memory, for one

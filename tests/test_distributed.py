@@ -11,8 +11,9 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from transformer_lite import make_model
-from transformer_lite.distributed import shard, train_step, world
 from transformer_lite.training import Batch, LabelSmoothingLoss
+from transformer_lite.training.distributed import shard, world
+from transformer_lite.training.step import train_step
 
 V, PAD = 11, 0
 LENGTHS = [(3, 9), (7, 2), (5, 5), (2, 8), (6, 3)]  # (S, T) of each row

@@ -8,12 +8,12 @@ import torch
 from conftest import assert_close, random_padding
 
 from transformer_lite import make_model
-from transformer_lite.attention import scaled_dot_product_attention
-from transformer_lite.efficient import (
-    chunked_attention,
-    peak_memory,
+from transformer_lite.attention import (
+    scaled_dot_product_attention,
     set_fused_attention,
 )
+from transformer_lite.bench.memory import peak_memory
+from transformer_lite.chunked import chunked_attention
 from transformer_lite.masks import causal_mask
 
 CASES = [  # (B, H, Lq, Lk, D, chunk_size, query_chunk_size)

@@ -16,13 +16,13 @@ from transformer_lite import (
     scaled_dot_product_attention,
     seed_everything,
 )
-from transformer_lite.precision import (
+from transformer_lite.training import Batch, LabelSmoothingLoss
+from transformer_lite.training.step import (
     autocast,
     check_amp,
     grad_scaler,
     train_step,
 )
-from transformer_lite.training import Batch, LabelSmoothingLoss
 
 V, PAD, BOS, EOS = 13, 0, 1, 2
 
@@ -75,7 +75,7 @@ def test_bfloat16_step_gives_finite_loss_and_gradients(fused):
         if isinstance(module, MultiHeadAttention):
             module.fused = fused
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.1)
+    loss_fn = LabelSmoothingLoss(V, PAD, 0.1, reduction="sum")
     before = copy.deepcopy(model.state_dict())
     loss = train_step(
         model, awkward_batch(), loss_fn, optimizer, amp_dtype=torch.bfloat16
@@ -138,29 +138,37 @@ def test_attention_under_autocast_keeps_empty_rows_at_zero():
 
 def test_float32_step_is_the_plain_step():
     batch = awkward_batch()
-    loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.1)
+    loss_fn = LabelSmoothingLoss(V, PAD, 0.1, reduction="sum")
     models = [tiny_model("cpu"), tiny_model("cpu")]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
-    ours = train_step(models[0], batch, loss_fn, optimizers[0], None)
-    # the same step written out
+    ours = train_step(models[0], batch, loss_fn, optimizers[0])
+    # the same step written out: the mean loss per target token
     optimizers[1].zero_grad()
-    loss = loss_fn(
-        models[1](batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask),
-        batch.tgt_out,
+    loss = (
+        loss_fn(
+            models[1](batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask),
+            batch.tgt_out,
+        )
+        / batch.n_tokens
     )
     loss.backward()
     torch.nn.utils.clip_grad_norm_(models[1].parameters(), 1.0)
     optimizers[1].step()
-    assert ours == loss.item()
+    assert ours == pytest.approx(loss.item(), rel=1e-6)
     for a, b in zip(
         models[0].parameters(), models[1].parameters(), strict=True
     ):
         assert torch.equal(a, b)
 
 
-def test_no_scaler_except_for_float16():
-    assert grad_scaler("cpu", None) is None
-    assert grad_scaler("cpu", torch.bfloat16) is None
+def test_no_loss_scaling_except_for_float16():
+    """The scaler is a no-op for float32 and bfloat16, so one step serves
+    every precision: the loss passes unchanged."""
+    for amp_dtype in (None, torch.bfloat16):
+        scaler = grad_scaler("cpu", amp_dtype)
+        assert not scaler.is_enabled()
+        loss = torch.tensor(2.5)
+        assert scaler.scale(loss) is loss
 
 
 @pytest.mark.parametrize(
@@ -183,13 +191,10 @@ def test_unsupported_choices_explain_themselves(device, amp_dtype, match):
 def test_float16_without_a_scaler_is_refused():
     model = tiny_model("cpu")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    with pytest.raises(ValueError, match="float16 needs a scaler"):
+    loss_fn = LabelSmoothingLoss(V, PAD, reduction="sum")
+    with pytest.raises(ValueError, match="on cpu use amp_dtype=torch.bf"):
         train_step(
-            model,
-            awkward_batch(),
-            LabelSmoothingLoss(V, PAD),
-            optimizer,
-            amp_dtype=torch.float16,
+            model, awkward_batch(), loss_fn, optimizer, amp_dtype=torch.float16
         )
 
 
@@ -206,8 +211,8 @@ def test_float16_with_a_scaler_on_cuda():
             awkward_batch("cuda"),
             loss_fn,
             optimizer,
-            torch.float16,
-            scaler,
+            amp_dtype=torch.float16,
+            scaler=scaler,
         )
         for _ in range(20)
     ]

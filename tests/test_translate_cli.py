@@ -7,13 +7,13 @@ import sys
 import pytest
 import torch
 
-from transformer_lite.translate import (
+from transformer_lite.tasks.trainer import (
     TranslateConfig,
     default_model_dir,
-    main,
     train,
 )
-from transformer_lite.translator import Translator
+from transformer_lite.tasks.translate import main
+from transformer_lite.tasks.translator import Translator
 
 TINY = [
     "--n-train", "200", "--n-valid", "20", "--n-test", "20",
@@ -53,7 +53,7 @@ def test_translate_prints_one_line_per_text(model_dir, capsys):
 
 def test_module_runs_as_a_program(model_dir):
     done = subprocess.run(
-        [sys.executable, "-m", "transformer_lite.translate",
+        [sys.executable, "-m", "transformer_lite.tasks.translate",
          "--model", str(model_dir / "de-en.pt"), "--beam-size", "1",
          "vierhunderteinundzwanzig"],
         capture_output=True, text=True, timeout=120,
@@ -105,7 +105,7 @@ def test_train_is_reproducible(tmp_path):
 def test_cli_trains_on_digit_balanced_numbers(tmp_path, monkeypatch):
     """The command line trains as chapter 7 does: short numbers repeated
     (balance_digits), tokenizers learnt on the distinct numbers."""
-    import transformer_lite.translate as translate
+    import transformer_lite.tasks.translate as translate
 
     seen = {}
 

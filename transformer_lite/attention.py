@@ -17,7 +17,11 @@ from torch import Tensor, nn
 from transformer_lite.cache import KVCache
 from transformer_lite.masks import check_mask
 
-__all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
+__all__ = [
+    "MultiHeadAttention",
+    "scaled_dot_product_attention",
+    "set_fused_attention",
+]
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -218,3 +222,13 @@ class MultiHeadAttention(nn.Module):
             # A query row with no allowed key: zeros, as in the plain path.
             x = x.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
         return x
+
+
+def set_fused_attention(model: nn.Module, fused: bool = True) -> int:
+    """Switch every :class:`~transformer_lite.attention.MultiHeadAttention`
+    in ``model`` to PyTorch's fused kernel (``fused=True``) or to the
+    hand-written attention; returns how many modules were switched."""
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for module in modules:
+        module.fused = fused
+    return len(modules)

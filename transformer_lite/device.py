@@ -1,11 +1,19 @@
 """Where tensors live and how runs are made repeatable (all chapters)."""
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 
 import torch
+from torch import nn
 
-__all__ = ["default_device", "seed_everything"]
+__all__ = [
+    "default_device",
+    "evaluating",
+    "module_device",
+    "seed_everything",
+]
 
 
 def default_device() -> torch.device:
@@ -42,3 +50,24 @@ def seed_everything(seed: int) -> torch.Generator:
         np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of ``module``'s parameters (the first one's; a module
+    split across devices is not supported), or the CPU if it has none."""
+    for p in module.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def evaluating(module: nn.Module) -> Iterator[nn.Module]:
+    """Run a block in eval mode (no dropout) under ``torch.no_grad()``,
+    then put ``module`` back in the mode it was in."""
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield module
+    finally:
+        module.train(was_training)

@@ -12,17 +12,15 @@ from torch import Tensor, nn
 from transformer_lite.masks import causal_mask, to_torch_attn_mask
 from transformer_lite.model import Transformer, make_model
 from transformer_lite.positional import SinusoidalPositionalEncoding
+from transformer_lite.tokens import PAD_ID
 
 __all__ = [
-    "PAD_ID",
     "QUICK",
     "Sizes",
     "TorchReference",
     "our_model",
     "random_batch",
 ]
-
-PAD_ID = 0  # padding, in both models' masks and ignored by the loss
 
 
 @dataclass
@@ -127,7 +125,15 @@ class TorchReference(nn.Module):
         x = embedding(tokens) * math.sqrt(self.d_model)  # (B, L, C)
         return self.positional(x)
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Our model's signature; the masks are built from padding here
+        (as ours builds them), so the ones passed in are not used."""
         # nn.Transformer's masks say True = masked out: the opposite of ours.
         src_pad = src == PAD_ID  # (B, S)
         tgt_pad = tgt == PAD_ID  # (B, T)
@@ -136,6 +142,7 @@ class TorchReference(nn.Module):
             self.embed(src, self.src_embed),
             self.embed(tgt, self.tgt_embed),
             tgt_mask=future[0],  # (T, T)
+            tgt_is_causal=True,  # else torch reads the mask to find out
             src_key_padding_mask=src_pad,
             tgt_key_padding_mask=tgt_pad,
             memory_key_padding_mask=src_pad,

@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
+
 __all__ = [
     "BOS_ID",
     "EOS_ID",
@@ -31,10 +33,10 @@ __all__ = [
     "SubwordTokenizer",
 ]
 
-# The ids of the special tokens; PAD, BOS and EOS are those of the copy
-# task in transformer_lite.data, so both tasks share one convention.
+# The special tokens at the package's ids (transformer_lite.tokens), so
+# every task shares one convention; <unk> follows them.
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+UNK_ID = 3  # a character the tokenizer never saw in training
 
 
 class SubwordTokenizer:
