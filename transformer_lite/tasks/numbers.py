@@ -6,6 +6,7 @@ import collections
 import functools
 import random
 
+from transformer_lite.extras import require
 from transformer_lite.tasks.corpus import check_sizes
 
 __all__ = [
@@ -27,8 +28,7 @@ PAIRS = ("de-en", "fr-en")  # source-target, as the Annotated Transformer
 def number_words(number: int, lang: str) -> str:
     """``number`` written out in words (``num2words``), e.g.
     ``number_words(421, "de") == "vierhunderteinundzwanzig"``."""
-    from num2words import num2words
-
+    num2words = require("num2words", "translate").num2words
     if lang not in LANGUAGES:
         raise ValueError(f"lang must be one of {sorted(LANGUAGES)}: {lang!r}")
     return num2words(number, lang=lang)

@@ -22,7 +22,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from transformer_lite.extras import require
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
+
+tokenizers = require("tokenizers", "translate")
 
 __all__ = [
     "BOS_ID",
@@ -67,15 +70,10 @@ class SubwordTokenizer:
         """Learn BPE merges from ``texts`` until the vocabulary (special
         tokens included) has ``vocab_size`` entries, or no pair is left
         to merge. Characters never seen become ``<unk>``."""
-        from tokenizers import (
-            Tokenizer,
-            decoders,
-            models,
-            normalizers,
-            pre_tokenizers,
-            trainers,
-        )
-
+        Tokenizer, decoders = tokenizers.Tokenizer, tokenizers.decoders
+        models, normalizers = tokenizers.models, tokenizers.normalizers
+        pre_tokenizers = tokenizers.pre_tokenizers
+        trainers = tokenizers.trainers
         if not isinstance(vocab_size, int) or vocab_size <= len(
             SPECIAL_TOKENS
         ):
@@ -149,9 +147,7 @@ class SubwordTokenizer:
 
     @classmethod
     def from_json(cls, text: str) -> "SubwordTokenizer":
-        from tokenizers import Tokenizer
-
-        return cls(Tokenizer.from_str(text))
+        return cls(tokenizers.Tokenizer.from_str(text))
 
     def save(self, path: str | os.PathLike) -> None:
         Path(path).write_text(self.to_json(), encoding="utf-8")

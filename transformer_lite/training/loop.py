@@ -64,6 +64,21 @@ def _check_accumulate(accumulate: int) -> None:
         raise ValueError(f"accumulate must be an int >= 1, got {accumulate}")
 
 
+def _step_options(
+    scheduler: LRScheduler | None,
+    clip_norm: float | None,
+    amp_dtype: torch.dtype | None,
+    scaler: torch.amp.GradScaler | None,
+) -> dict:
+    """The keyword options :func:`train_step` takes from the loop."""
+    return dict(
+        scheduler=scheduler,
+        clip_norm=clip_norm,
+        amp_dtype=amp_dtype,
+        scaler=scaler,
+    )
+
+
 def _epoch(
     model: nn.Module,
     batches: Iterable[Batch],
@@ -131,12 +146,7 @@ def train_epoch(
     check_sum_loss(loss_fn)
     batches = _fresh(batches)
     steps = _n_steps(batches, accumulate)
-    options = dict(
-        scheduler=scheduler,
-        clip_norm=clip_norm,
-        amp_dtype=amp_dtype,
-        scaler=scaler,
-    )
+    options = _step_options(scheduler, clip_norm, amp_dtype, scaler)
     with progress_bar(steps, "train", progress) as bar:
         return _epoch(
             model,
@@ -217,12 +227,7 @@ def fit(
         if callable(train_batches)
         else _n_steps(train_batches, accumulate)
     )
-    options = dict(
-        scheduler=scheduler,
-        clip_norm=clip_norm,
-        amp_dtype=amp_dtype,
-        scaler=scaler,
-    )
+    options = _step_options(scheduler, clip_norm, amp_dtype, scaler)
     history = History()
     best_loss, best_state = math.inf, None
     with progress_bar(steps and steps * epochs, "fit", progress) as bar:
