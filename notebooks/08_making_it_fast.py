@@ -64,7 +64,7 @@ from transformer_lite import (
     causal_mask,
     decoding,
     default_device,
-    efficient,
+    chunked,
     make_model,
     padding_mask,
     scaled_dot_product_attention,
@@ -340,7 +340,7 @@ torch.testing.assert_close(online, ref[0], rtol=0, atol=1e-12)
 # queries:
 
 # %%
-print(inspect.getsource(efficient._attend_block))
+print(inspect.getsource(chunked._attend_block))
 
 # %% [markdown]
 # Two details go beyond the derivation. While a query has seen only
@@ -690,7 +690,8 @@ assert (stopped[True] == model.config.pad_id).any()  # padded after eos
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-decoding_rows = quietly(bench_decoding, kv_sizes, device, repeats=2)
+decoding_rows = quietly(bench_decoding, kv_sizes, device, repeats=2,
+                        compile=False)
 new_tokens = [row["new_tokens"] for row in decoding_rows]
 per_sequence = {
     name: [1e3 * row[name]["median_s"] / row["batch"]
@@ -1177,7 +1178,59 @@ if device.type == "cpu":
 # own queries (Ring Attention, Liu et al., 2023). None of this fits on one
 # laptop, so none of it is measured here.
 #
-# ## 9. What it all bought, on this machine
+# ## 9. Compilation
+#
+# Every remedy so far changed the algorithm. `torch.compile` changes how
+# the same algorithm runs. TorchDynamo reads the Python of `forward` and
+# records its tensor operations as a graph; the inductor backend then
+# fuses neighbouring element-wise operations (the scale, the mask, the
+# softmax, dropout, the residual additions) into generated kernels, C++
+# with OpenMP on a CPU and Triton on a GPU, and on a GPU it can replay
+# the whole graph as one CUDA graph, so that the device no longer waits
+# for Python to launch each small kernel.
+#
+# A graph has to be known before it runs. Anything in `forward` that asks
+# a tensor for its *value*, such as `int(tokens.max())`, `if mask.all():`
+# or `.item()`, makes the CPU wait for the device and cuts the graph in
+# two. Our model checks only shapes and dtypes in `forward`: token ids
+# are checked where the batches are built, on the CPU, and
+# `model.check_ids = True` turns a value check back on for debugging. So
+# `fullgraph=True`, which refuses any such cut, takes the whole model,
+# and the compiled model computes what the eager one does:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+seed_everything(11)
+V_c = 50
+eager = make_model(V_c, V_c, n_layers=2, d_model=64, d_ff=128, n_heads=4,
+                   dropout=0.0).to(device).eval()
+src = torch.randint(1, V_c, (16, 32), device=device)  # (B, S)
+tgt = torch.randint(1, V_c, (16, 32), device=device)  # (B, T)
+torch._dynamo.reset()
+compiled = torch.compile(eager, fullgraph=True)
+with torch.no_grad():
+    start = time.perf_counter()
+    compiled_logits = compiled(src, tgt)  # the first call compiles
+    compile_seconds = time.perf_counter() - start
+    eager_logits = eager(src, tgt)  # (B, T, V)
+    eager_ms = 1e3 * seconds(lambda: eager(src, tgt), repeats=5)
+    compiled_ms = 1e3 * seconds(lambda: compiled(src, tgt), repeats=5)
+compile_gap = (compiled_logits - eager_logits).abs().max().item()
+print(f"compiled in {compile_seconds:.1f} s; largest difference from "
+      f"eager: {compile_gap:.1e}")
+print(f"forward pass: eager {eager_ms:.2f} ms, compiled {compiled_ms:.2f} "
+      f"ms")
+
+# %% tags=["remove-cell"]
+assert compile_gap < 1e-4  # the same function, summed in another order
+
+# %% [markdown]
+# What it buys depends on where it runs, and the benchmark measures it
+# side by side with everything else: `make bench` compiles the training
+# step of both our model and `nn.Transformer`, and the cached decoding
+# step, and reports the compile time apart from the medians.
+#
+# ## 10. What it all bought, on this machine
 #
 # Every ratio the chapter measured, old over new, so that larger is
 # better and a ratio below 1 is a slowdown (for checkpointing, the
@@ -1239,7 +1292,7 @@ pd.DataFrame(speedups, columns=["remedy", "measured on", "ratio"]
 #
 # 1. **Chunk size.** At $L = 4096$, measure the peak memory of
 #    `chunked_attention(q, k, v, chunk_size=c, query_chunk_size=c)` for
-#    $c = 64, 128, \dots, 4096$ with `efficient.peak_memory`, under
+#    $c = 64, 128, \dots, 4096$ with `bench.memory.peak_memory`, under
 #    `torch.no_grad()`. Predict the curve first: which tensors of shape
 #    $(c, c)$ exist at once? Plot memory and time against $c$; where does
 #    the time stop improving, and why does $c = L$ bring plain

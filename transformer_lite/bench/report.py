@@ -246,8 +246,9 @@ def report(results: dict) -> str:
             f"\n## Training step (median of {results['repeats']})\n",
             training + "\n",
             f"The machine's limit, measured in the same run: "
-            f"{peak['tflops']:.3f} TFLOP/s, the best {peak['size']}^2 "
-            f"{peak['dtype']} matrix product"
+            f"{peak['tflops']:.3f} TFLOP/s (median; best "
+            f"{peak['best_tflops']:.3f}), a {peak['size']}^2 "
+            f"{peak['dtype']} matrix product; % of peak compares medians"
             + (
                 f" (data sheet: {m['peak_tflops']:.0f} TFLOP/s bf16)"
                 if m["peak_tflops"]
