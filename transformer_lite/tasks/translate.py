@@ -4,17 +4,15 @@
     python -m transformer_lite.tasks.translate "dreihundertzwölf"
     torchrun --nproc_per_node=2 -m transformer_lite.tasks.translate train
 
-
-
-    python -m transformer_lite.tasks.translate train [--pair de-en|fr-en]
-    python -m transformer_lite.tasks.translate "dreihundertzwölf"
-    torchrun --nproc_per_node=2 -m transformer_lite.tasks.translate train
-
 The model is saved to ``--model-dir`` (default: ``$XDG_CACHE_HOME`` or
 ``~/.cache``, then ``transformer-lite/``) as ``de-en.pt`` or ``fr-en.pt``,
 with its two tokenizers inside, and the checkpoints it averages in
 ``de-en-checkpoints/``; ``--model FILE`` names another file.
-``--tsv FILE`"""
+``--tsv FILE`` trains on your own corpus (``source<TAB>target`` lines)
+and saves ``FILE``'s name with ``.pt`` (translate with ``--model``).
+Every field of :class:`~transformer_lite.tasks.trainer.TranslateConfig`
+is an option (``--steps 300``).
+"""
 
 import argparse
 import sys
