@@ -10,7 +10,7 @@ IPYNB  := $(NOTEBOOKS:.py=.ipynb)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test contracts unit nbval book browser-test lab lint \
-  bench clean
+  bench gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -85,6 +85,12 @@ lint: install  ## ruff, 79 columns, and the import contracts
 
 bench: install  ## speed and memory benchmarks (table + bench.json)
 	$(BIN)/python -m transformer_lite.bench --json bench.json
+
+# On a machine with a CUDA GPU: attention kernels, host syncs, the CUDA
+# tests, chapters 5-8, a 2-process torchrun and the benchmark at GPU sizes,
+# in under ten minutes (logs in _build/gpu-check). Without one: a notice.
+gpu-check: install  ## check the GPU path end to end (a notice without CUDA)
+	$(BIN)/python tools/gpu_check.py
 
 clean:  ## remove build output, caches and generated notebooks
 	rm -rf _build notebooks/_build $(IPYNB) .pytest_cache .ruff_cache \

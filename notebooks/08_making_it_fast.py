@@ -159,7 +159,10 @@ speedups = []  # (remedy, what was compared, measured ratio), for the end
 # mask and no gradient. For each contender it records the peak memory
 # (`bench.memory.peak_memory`: CUDA's peak counter, or on the CPU the
 # profiler's log of every allocation and free) and then times it, the
-# contenders taking turns. Its sizes and the function:
+# contenders taking turns. On a GPU the meter first runs a few small
+# matrix products: the first one allocates cuBLAS's workspace, tens of MiB
+# kept for good, which would otherwise be charged to whichever contender
+# ran first. Its sizes and the function:
 
 # %%
 sizes = Sizes()  # the benchmark's own sizes
@@ -564,6 +567,26 @@ assert MATH_OP not in module_ops  # the module's (B, 1, L, L) mask fuses
 torch.testing.assert_close(out_kernel, out_math, rtol=1e-4, atol=1e-5)
 _ours, _ = scaled_dot_product_attention(q, k, v, tril)
 torch.testing.assert_close(out_kernel, _ours, rtol=1e-4, atol=1e-5)
+
+# %% [markdown]
+# Any mask tensor, though, rules FlashAttention out on a GPU: it takes no
+# mask but the causal one, given as a flag. When causality is the only
+# constraint (a decoder over a batch without padding), the module takes
+# `is_causal=True` instead of a mask and hands the kernel none at all:
+
+# %%
+with torch.no_grad():
+    causal_ops = kernels_used(lambda: attn_fused(x, x, x, is_causal=True))
+    y_causal = attn_fused(x, x, x, is_causal=True)  # (B, L, C)
+    y_masked = attn_plain(x, x, x, causal_mask(40, device))  # (B, L, C)
+print("is_causal=True ran", causal_ops)
+print(f"is_causal vs a causal mask: {(y_causal - y_masked).abs().max():.1e}")
+
+# %% tags=["remove-cell"]
+torch.testing.assert_close(y_causal, y_masked, rtol=1e-4, atol=1e-5)
+assert MATH_OP not in causal_ops
+if device.type == "cpu":
+    assert causal_ops == [CPU_FLASH_OP], causal_ops
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1047,8 +1070,14 @@ for _a, _b in zip(checkpointed[False]["grads"], checkpointed[True]["grads"],
                   strict=True):
     assert torch.equal(_a, _b)
 assert ck_saving > 2, checkpointed
-# bfloat16 autocast alone saves memory too (~1.8x measured)
-assert bf16_peak < 0.8 * checkpointed[False]["peak MiB"] * MiB
+# bfloat16 autocast alone saves memory too: ~1.8x on the CPU; ~1.3x on a
+# GPU, whose autocast keeps softmax and LayerNorm in float32 (emulated on
+# the CPU: a ratio of 0.77, tests/test_mixed_precision.py). One bound
+# holds for both, with a margin.
+_bf16_ratio = bf16_peak / (checkpointed[False]["peak MiB"] * MiB)
+assert _bf16_ratio < 0.85, _bf16_ratio
+if measure_on.type == "cpu":
+    assert _bf16_ratio < 0.65, _bf16_ratio  # ~1.8x
 assert bf16_peak > checkpointed[True]["peak MiB"] * MiB  # "by less"
 if device.type == "cpu":
     assert ck_cost > 1.0, checkpointed  # recomputing is extra work
@@ -1058,9 +1087,13 @@ assert model.training  # checkpointing acts only in training mode
 # The gradients are identical, bit for bit, dropout included. Memory
 # falls several times over, and the step takes longer (the ratio above;
 # on paper about a third longer). bfloat16 autocast alone
-# (section 5) also lowers the peak, by less. Checkpointing every layer
-# is the extreme; checkpointing every $\sqrt{N}$-th layer gives memory
-# $O(\sqrt{N})$ for one extra forward pass (Chen et al., 2016). It pays
+# (section 5) also lowers the peak, by less: about 1.8 times on a CPU,
+# where autocast leaves the softmax and LayerNorm in bfloat16, and about
+# 1.3 times on a GPU, where CUDA's autocast computes them in float32 and
+# what they save for the backward pass keeps 4 bytes a number.
+# Checkpointing every layer is the extreme; checkpointing every
+# $\sqrt{N}$-th layer gives memory $O(\sqrt{N})$ for one extra forward
+# pass (Chen et al., 2016). It pays
 # whenever memory, not time, decides what fits: a longer sequence, a
 # bigger batch, a deeper model on the same device.
 #

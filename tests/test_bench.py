@@ -9,12 +9,20 @@ import torch
 
 from transformer_lite.bench.cases import alternate
 from transformer_lite.bench.fixtures import (
+    GPU,
     QUICK,
     TorchReference,
     our_model,
     random_batch,
 )
-from transformer_lite.bench.report import check_targets, main, peak_tflops
+from transformer_lite.bench.report import (
+    SIZES,
+    check_targets,
+    main,
+    peak_tflops,
+    report,
+    sizes_for,
+)
 from transformer_lite.interop import (
     from_torch_decoder_layer,
     from_torch_encoder_layer,
@@ -49,6 +57,7 @@ def test_json_holds_every_measurement(quick_run):
     assert written == json.loads(json.dumps(result))
     assert set(written) == {
         "machine",
+        "sizes_name",
         "sizes",
         "repeats",
         "peak",
@@ -172,3 +181,34 @@ def test_targets_are_checked_in_the_right_direction():
         "cache_speedup": False,
         "memory_saving": True,
     }
+
+
+def test_a_gpu_gets_gpu_sized_cases():
+    """At the CPU's sizes a GPU is launch-bound: on CUDA the benchmark
+    runs larger ones, unless told otherwise."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert sizes_for(cuda) == "gpu" and sizes_for(cpu) == "cpu"
+    assert sizes_for(cuda, "cpu") == "cpu" and sizes_for(cpu, "gpu") == "gpu"
+    assert sizes_for(cuda, quick=True) == "quick"
+    assert SIZES["gpu"] is GPU
+    cpu_sizes = SIZES["cpu"]
+    for name in ("d_model", "d_ff", "length", "matmul_size"):
+        assert getattr(GPU, name) > getattr(cpu_sizes, name), name
+    assert GPU.batch * GPU.length > cpu_sizes.batch * cpu_sizes.length
+    assert 8192 in GPU.attention_lengths  # the memory ratio is comparable
+    assert 64 in GPU.decode_tokens
+
+
+def test_targets_apply_to_the_cpu_sizes_only(quick_run):
+    """The quick run used other sizes: its targets are n/a, and the
+    printout says why."""
+    _, written, text = quick_run
+    assert written["sizes_name"] == "quick"
+    assert written["targets"]
+    for checked in written["targets"].values():
+        assert checked["applies"] is False and checked["met"] is None
+    assert "they do not apply" in text
+    results = dict(written, sizes_name="cpu")
+    results["targets"] = check_targets(results)
+    assert all(c["applies"] for c in results["targets"].values())
+    assert "they do not apply" not in report(results)

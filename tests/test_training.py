@@ -331,6 +331,44 @@ def test_batch_to_moves_every_tensor():
         assert getattr(moved, name).device.type == "meta"
         assert getattr(batch, name).device.type == "cpu"
     assert moved.n_tokens == batch.n_tokens
+    assert moved.tgt_in._base is moved.tgt  # views, as in the batch
+    assert moved.tgt_out._base is moved.tgt
+
+
+def copies_to(monkeypatch, device: str) -> list[tuple]:
+    """Batch.to(device) with the copies recorded instead of made (this
+    machine may have no GPU): ('pin',) and ('to', device, non_blocking)."""
+    calls = []
+
+    def pin_memory(tensor):
+        calls.append(("pin",))
+        return tensor
+
+    def to(tensor, device, non_blocking=False):
+        calls.append(("to", torch.device(device).type, non_blocking))
+        return tensor
+
+    batch = random_batch()
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    moved = batch.to(device)
+    monkeypatch.undo()
+    for name in ("src", "tgt", "src_mask", "tgt_mask", "tgt_in", "tgt_out"):
+        assert torch.equal(getattr(moved, name), getattr(batch, name)), name
+    return calls
+
+
+def test_batch_to_a_gpu_copies_from_pinned_memory_without_waiting(
+    monkeypatch,
+):
+    calls = copies_to(monkeypatch, "cuda")
+    assert calls == [("pin",), ("to", "cuda", True)] * 4
+
+
+def test_batch_to_another_device_pins_nothing(monkeypatch):
+    for device in ("cpu", "meta"):
+        calls = copies_to(monkeypatch, device)
+        assert calls == [("to", device, False)] * 4
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ __all__ = [
     "default_device",
     "evaluating",
     "module_device",
+    "no_tf32",
     "seed_everything",
 ]
 
@@ -71,3 +72,26 @@ def evaluating(module: nn.Module) -> Iterator[nn.Module]:
             yield module
     finally:
         module.train(was_training)
+
+
+@contextlib.contextmanager
+def no_tf32() -> Iterator[None]:
+    """Compute float32 matrix products and convolutions in full float32
+    inside the block, then restore the previous settings.
+
+    On NVIDIA GPUs since Ampere, cuDNN runs float32 convolutions in TF32
+    by default (inputs rounded to 10 bits of fraction: errors near 1e-3),
+    and cuBLAS does so for matrix products where
+    ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` is set (NVIDIA's container
+    images set it). A comparison at float32 tolerances needs neither. On
+    other devices the block runs unchanged.
+    """
+    matmul = torch.backends.cuda.matmul.allow_tf32
+    cudnn = torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn

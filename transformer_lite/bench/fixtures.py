@@ -15,6 +15,7 @@ from transformer_lite.positional import SinusoidalPositionalEncoding
 from transformer_lite.tokens import PAD_ID
 
 __all__ = [
+    "GPU",
     "QUICK",
     "Sizes",
     "TorchReference",
@@ -42,6 +43,7 @@ class Sizes:
     head_size: int = 64  # D of the attention-only measurement
     chunk_size: int = 512  # keys per chunk of chunked attention
     query_chunk_size: int = 1024  # queries per block of chunked attention
+    matmul_size: int = 2048  # n of the n x n products that measure the peak
 
 
 QUICK = Sizes(  # tiny, for the smoke test: seconds, not minutes
@@ -58,6 +60,25 @@ QUICK = Sizes(  # tiny, for the smoke test: seconds, not minutes
     head_size=16,
     chunk_size=32,
     query_chunk_size=48,
+    matmul_size=512,
+)
+
+GPU = Sizes(  # chosen on CUDA: large enough that the kernels, not their
+    vocab=8192,  # launches, take the time
+    d_model=1024,
+    n_layers=4,
+    d_ff=4096,
+    n_heads=16,
+    batch=32,
+    length=256,
+    decode_batch=64,
+    decode_tokens=(64, 256),
+    attention_lengths=(1024, 2048, 4096, 8192, 16384),
+    attention_heads=4,
+    head_size=64,
+    chunk_size=1024,
+    query_chunk_size=2048,
+    matmul_size=8192,
 )
 
 

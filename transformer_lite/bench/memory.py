@@ -6,9 +6,10 @@ import sys
 from collections.abc import Callable, Iterator
 
 import torch
+import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-__all__ = ["peak_memory"]
+__all__ = ["peak_memory", "warm_up_device"]
 
 
 @contextlib.contextmanager
@@ -31,8 +32,29 @@ def _silent_stderr() -> Iterator[None]:
         os.close(null)
 
 
+def warm_up_device(device: torch.device) -> None:
+    """Allocate what ``device`` keeps for good after its first use, so
+    that :func:`peak_memory` does not count it in a measurement.
+
+    On CUDA that is cuBLAS's workspace (tens of MiB on recent GPUs),
+    allocated by the first matrix product of each thread that runs one:
+    the forward pass's thread and autograd's, in every dtype's kernels.
+    A product with a bias (``F.linear``, cuBLASLt), forward and backward,
+    in float32, bfloat16 and float16 allocates them all. On the CPU
+    there is nothing to do.
+    """
+    if device.type != "cuda":
+        return
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        a = torch.ones(16, 16, device=device, dtype=dtype, requires_grad=True)
+        F.linear(a, a, a[0]).sum().backward()
+    torch.cuda.synchronize(device)
+
+
 def peak_memory(
-    fn: Callable[[], object], device: torch.device | str = "cpu"
+    fn: Callable[[], object],
+    device: torch.device | str = "cpu",
+    warm_up: bool = True,
 ) -> int:
     """Bytes in use at the peak while ``fn()`` runs, above what was
     already allocated when it started (its result included).
@@ -45,8 +67,13 @@ def peak_memory(
     Args:
         fn: the computation, called once with no arguments.
         device: where ``fn`` allocates: ``"cpu"`` or a CUDA device.
+        warm_up: first run :func:`warm_up_device`, so that memory the
+            device would keep after ``fn``'s first matrix product (not
+            ``fn``'s own) is left out.
     """
     device = torch.device(device)
+    if warm_up:
+        warm_up_device(device)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)

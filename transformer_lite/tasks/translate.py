@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from transformer_lite.device import default_device
 from transformer_lite.tasks import corpus, numbers
 from transformer_lite.tasks.metrics import scores
 from transformer_lite.tasks.trainer import (
@@ -117,9 +118,10 @@ def _train_command(args: argparse.Namespace) -> int:
     )
     if not is_main_process():
         return 0
-    model, extra = average_checkpoints(result.checkpoints)
+    model, extra = average_checkpoints(result.checkpoints)  # on the CPU
     translator = Translator.from_model(model, extra)
     translator.save(path, config=asdict(config))
+    translator.model.to(default_device())  # translates on the GPU if any
     print(f"trained in {result.seconds:.0f} s; saved {path}")
     if test:
         hypotheses = translator.translate([s for s, _ in test])
@@ -152,6 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return 2
     translator = Translator.load(path)
+    translator.model.to(default_device())
     for line in translator.translate(
         args.texts, args.beam_size, args.length_penalty
     ):

@@ -18,6 +18,7 @@ its step equals one process's step on the whole batch
 """
 
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -55,10 +56,35 @@ def init_distributed(backend: str | None = None) -> torch.device:
 
     Returns:
         ``cuda:LOCAL_RANK`` with CUDA, else the CPU. A single process
-        (no ``WORLD_SIZE`` > 1 in the environment) joins nothing.
+        (no ``WORLD_SIZE`` > 1 in the environment) joins nothing. When
+        this machine runs more processes (``LOCAL_WORLD_SIZE``) than it
+        has GPUs, every one of them trains on the CPU with gloo, with a
+        warning: NCCL needs a GPU of its own for each process.
+
+    Raises:
+        ValueError: ``backend="nccl"`` with fewer GPUs than processes.
     """
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if cuda and max(processes, local_rank + 1) > torch.cuda.device_count():
+        gpus = torch.cuda.device_count()
+        message = (
+            f"{processes} processes on this machine but {gpus} CUDA "
+            f"device(s): NCCL needs one GPU per process"
+        )
+        if backend == "nccl":
+            raise ValueError(
+                f"{message}; start torchrun with --nproc_per_node={gpus}"
+            )
+        if local_rank == 0:
+            warnings.warn(
+                f"{message}, so every process trains on the CPU (gloo); "
+                f"--nproc_per_node={gpus} trains on the GPU",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        cuda, backend = False, "gloo"
     device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
