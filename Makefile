@@ -9,8 +9,8 @@ NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.py))
 IPYNB  := $(NOTEBOOKS:.py=.ipynb)
 
 .DEFAULT_GOAL := help
-.PHONY: help install test unit nbval seed-sweep book browser-test lab lint \
-  bench clean
+.PHONY: help install test contracts unit nbval seed-sweep book \
+  browser-test lab lint bench gpu-check clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -25,11 +25,15 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)  ## create .venv with the pinned requirements and the package
 
-test: install  ## everything: unit tests, every notebook (nbval), the book
+test: install  ## everything: contracts, unit tests, every notebook, the book
+	$(MAKE) contracts
 	$(MAKE) unit
 	$(MAKE) nbval
 	$(MAKE) book
 	$(MAKE) browser-test
+
+contracts: install  ## the package's tiers import one way (import-linter)
+	$(BIN)/lint-imports
 
 unit: install  ## the package's unit tests
 	$(BIN)/python -m pytest tests -m "not browser" -q
@@ -85,12 +89,19 @@ ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 lab: install $(IPYNB)  ## open the notebooks in JupyterLab
 	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks
 
-lint: install  ## ruff, 79 columns
+lint: install  ## ruff, 79 columns, and the import contracts
 	$(BIN)/ruff check transformer_lite tests notebooks
+	$(BIN)/lint-imports
 	$(BIN)/ruff format --check --line-length 79 transformer_lite tests
 
 bench: install  ## speed and memory benchmarks (table + bench.json)
 	$(BIN)/python -m transformer_lite.bench --json bench.json
+
+# On a machine with a CUDA GPU: attention kernels, host syncs, the CUDA
+# tests, chapters 5-8, a 2-process torchrun and the benchmark at GPU sizes,
+# in under ten minutes (logs in _build/gpu-check). Without one: a notice.
+gpu-check: install  ## check the GPU path end to end (a notice without CUDA)
+	$(BIN)/python tools/gpu_check.py
 
 clean:  ## remove build output, caches and generated notebooks
 	rm -rf _build notebooks/_build $(IPYNB) .pytest_cache .ruff_cache \

@@ -67,7 +67,7 @@ from transformer_lite import (
     seed_everything,
     target_mask,
 )
-from transformer_lite.device import book_seed
+from transformer_lite.device import book_seed, no_tf32
 from transformer_lite.interop import (
     from_torch_decoder_layer,
     from_torch_encoder_layer,
@@ -302,21 +302,44 @@ assert (a_alone - a[:, 3:4]).abs().max() > 1e-2
 # is a linear map applied at each position, so copying $W_1$ and $W_2$
 # into two `nn.Conv1d` layers gives the same numbers (a convolution wants
 # the channels before the length, hence the transposes).
+#
+# On a GPU, "the same numbers" needs one precaution. NVIDIA GPUs since
+# Ampere compute float32 convolutions in TF32 by default: cuDNN rounds
+# their inputs to 10 bits of fraction (float32 keeps 23), and the outputs
+# move by a few times $10^{-4}$, far beyond float32's rounding. The
+# package's `no_tf32()` computes both sides in full float32 for the
+# comparison; on a CPU it changes nothing.
 
 # %%
 conv_1 = nn.Conv1d(d_model, d_ff, kernel_size=1).to(device)
 conv_2 = nn.Conv1d(d_ff, d_model, kernel_size=1).to(device)
-with torch.no_grad():
+with torch.no_grad(), no_tf32():
     conv_1.weight.copy_(ffn.w_1.weight.unsqueeze(-1))  # (d_ff, C, 1)
     conv_1.bias.copy_(ffn.w_1.bias)
     conv_2.weight.copy_(ffn.w_2.weight.unsqueeze(-1))  # (C, d_ff, 1)
     conv_2.bias.copy_(ffn.w_2.bias)
     x_channels = x.transpose(1, 2)  # (B, C, L)
     y_conv = conv_2(F.relu(conv_1(x_channels))).transpose(1, 2)  # (B, L, C)
-print("FFN vs two 1-wide convolutions:", gap(y_conv, y))
+    y_ffn = ffn(x)  # (B, L, C), also in full float32
+print("FFN vs two 1-wide convolutions:", gap(y_conv, y_ffn))
 
 # %% tags=["remove-cell"]
-torch.testing.assert_close(y_conv, y, atol=1e-5, rtol=1e-4)
+torch.testing.assert_close(y_conv, y_ffn, atol=1e-5, rtol=1e-4)
+
+
+# TF32, emulated on the CPU: inputs rounded to 10 bits of fraction, products
+# summed exactly. The outputs move by a few 1e-4, beyond the tolerance.
+def tf32(t: torch.Tensor) -> torch.Tensor:
+    bits = t.detach().float().cpu().contiguous().view(torch.int32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32).double()
+
+
+with torch.no_grad():
+    _w_1, _w_2 = ffn.w_1.weight, ffn.w_2.weight
+    _h = F.relu(tf32(x) @ tf32(_w_1).T + ffn.w_1.bias.cpu().double())
+    _y_tf32 = tf32(_h) @ tf32(_w_2).T + ffn.w_2.bias.cpu().double()
+_tf32_gap = (_y_tf32 - y_ffn.cpu().double()).abs().max().item()
+assert 1e-4 < _tf32_gap < 1e-3, _tf32_gap
 # Two thirds of an encoder layer's parameters and arithmetic are the FFN.
 n_layer = sum(p.numel() for p in EncoderLayer(d_model, 8, d_ff).parameters())
 assert abs(n_ffn / n_layer - 2 / 3) < 0.01

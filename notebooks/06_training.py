@@ -55,18 +55,15 @@ from torch.optim.lr_scheduler import LambdaLR
 
 import transformer_lite
 from transformer_lite import default_device, make_model, seed_everything
-from transformer_lite.checkpoint import load_checkpoint, save_checkpoint
-from transformer_lite.data import (
-    BOS_ID,
-    EOS_ID,
+from transformer_lite.decoding import exact_match, greedy_decode
+from transformer_lite.device import book_seed
+from transformer_lite.tasks.copy_task import (
     FIRST_SYMBOL_ID,
-    PAD_ID,
     copy_task_batches,
     copy_task_held_out,
     copy_task_sequences,
 )
-from transformer_lite.decoding import exact_match, greedy_decode
-from transformer_lite.device import book_seed
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_lite.training import (
     Batch,
     History,
@@ -76,6 +73,11 @@ from transformer_lite.training import (
     noam_lr,
     noam_scheduler,
     train_epoch,
+    train_step,
+)
+from transformer_lite.training.checkpoint import (
+    load_checkpoint,
+    save_checkpoint,
 )
 from transformer_lite.viz import heads_chart, heatmap, mask_chart
 
@@ -118,7 +120,7 @@ print(f"threads: {torch.get_num_threads()} of {threads_available}")
 # $$
 #
 # with $n$ symbols $x_i$ drawn uniformly and the source equal to the
-# target. Three ids are special, and `transformer_lite.data` names them
+# target. Three ids are special, and `transformer_lite.tokens` names them
 # once for the whole book; we use the names, never the numbers. (The
 # Annotated Transformer's copy task trains its model with 1 as the first
 # decoder token and then decodes starting from 0, a mismatch its small
@@ -451,38 +453,54 @@ assert used == [noam_lr(k, 64, 4) for k in range(1, 9)]
 # %% [markdown]
 # ## The training loop
 #
-# One optimizer step of `train_epoch` (and of `fit`, which calls the same
-# code once per epoch) does five things:
+# One call of `train_step` is one optimizer step. It is the only place in
+# the package where an optimizer steps: `train_epoch` and `fit` call it,
+# and so do chapter 7's translator, chapter 8's mixed precision, data
+# parallelism and the benchmark. It does five things:
 #
 # 1. zero the gradients;
-# 2. for each of the `accumulate` batches of the step: run the model with
-#    teacher forcing, compute the loss, and call `backward`, which *adds*
-#    to the gradients;
+# 2. for each batch of the step (one, or several when gradients are
+#    accumulated): run the model with teacher forcing, compute the loss,
+#    and call `backward`, which *adds* to the gradients;
 # 3. stop with a clear error if the loss is not finite;
 # 4. clip the gradient's norm;
 # 5. step the optimizer and the scheduler.
 #
-# Here is the code:
+# Its options (mixed precision, a gradient scaler, a scheduler, the
+# clipping threshold) are keyword arguments, each a no-op when left at
+# its default. Here is the code:
 
 # %%
-show(transformer_lite.training._train_steps)
+show(train_step)
 
 # %% [markdown]
-# **Gradient accumulation** trades memory for time: when a batch of the
-# size we want does not fit, we run it in $k$ pieces and step once.
-# Batch $i$'s loss $\mathcal{L}_i$ is a mean over its $n_i$ real target
-# tokens, so the pieces must be weighted by their share of the
-# $N = \sum_i n_i$ tokens of the whole,
+# The loss function it takes returns a **sum** over the real target
+# tokens (`reduction="sum"`), and the step divides by $N$, the number of
+# real target tokens in all of its batches. A mean would be divided
+# twice, so the step refuses a loss function that says it averages. From
+# here on, training uses the summed loss:
+
+# %%
+loss_fn = LabelSmoothingLoss(V, PAD_ID, smoothing, reduction="sum")
+
+# %% [markdown]
+# Why a sum? **Gradient accumulation** trades memory for time: when a
+# batch of the size we want does not fit, we run it in $k$ pieces and
+# step once. Piece $i$ holds $n_i$ real target tokens whose losses sum
+# to $S_i$, and the step's loss is
 #
 # $$
-# \sum_i \frac{n_i}{N} \mathcal{L}_i
+# \frac{1}{N} \sum_i S_i
 #   = \frac{1}{N} \sum_{\text{all tokens}} \ell_{\text{token}} ,
+#   \qquad N = \sum_i n_i ,
 # $$
 #
-# which is exactly the loss of one big batch. Dividing by $k$ instead
-# would be right only if every piece held as many tokens as the others,
-# which padding rarely allows. A check, in float64: one step on 64
-# sequences, or four accumulated steps on 16, lands on the same weights.
+# which is exactly the loss of one big batch. Averaging each piece and
+# dividing by $k$ would be right only if every piece held as many tokens
+# as the others, which padding rarely allows. The same formula serves
+# data parallelism (chapter 7), where each process holds one piece. A
+# check, in float64: one step on 64 sequences, or four accumulated
+# pieces of 16, lands on the same weights.
 
 # %%
 def one_step(batches: list[Batch], accumulate: int) -> nn.Module:
@@ -631,10 +649,16 @@ print(f"{model.count_parameters():,} parameters; held-out set: "
 
 # %% tags=["remove-output"]
 wall, cpu = time.perf_counter(), time.process_time()
-history = fit(model, train_batches, loss_fn, optimizer, scheduler,
-              epochs=15, val_batches=val_batches)
-predicted = greedy_decode(model, held_out.src, held_out.src_mask,
-                          max_len=SEQ_LEN + 2, bos_id=BOS_ID, eos_id=EOS_ID)
+history = fit(model, train_batches, loss_fn, optimizer,
+              scheduler=scheduler, epochs=15, val_batches=val_batches)
+predicted = greedy_decode(
+    model,
+    held_out.src,
+    src_mask=held_out.src_mask,
+    max_len=SEQ_LEN + 2,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+)
 correct = exact_match(predicted, held_out.tgt, PAD_ID)  # (N,)
 wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
 
@@ -730,16 +754,26 @@ pd.DataFrame({
 # %%
 for i in rows:
     n = int((held_out.src[i] != PAD_ID).sum())
-    alone = greedy_decode(model, held_out.src[i:i + 1, :n], None,
-                          SEQ_LEN + 2, BOS_ID, EOS_ID)[0]  # (L,)
+    alone = greedy_decode(
+        model,
+        held_out.src[i:i + 1, :n],
+        max_len=SEQ_LEN + 2,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+    )[0]  # (L,)
     same = torch.equal(predicted[i, :len(alone)], alone)
     print(f"row {i}: {n - 2:2} symbols, alone equals batched: {same}")
 
 # %% tags=["remove-cell"]
 for i in range(20):
     n = int((held_out.src[i] != PAD_ID).sum())
-    alone = greedy_decode(model, held_out.src[i:i + 1, :n], None,
-                          SEQ_LEN + 2, BOS_ID, EOS_ID)[0]
+    alone = greedy_decode(
+        model,
+        held_out.src[i:i + 1, :n],
+        max_len=SEQ_LEN + 2,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+    )[0]
     assert torch.equal(predicted[i, :len(alone)], alone), i
     assert (predicted[i, len(alone):] == PAD_ID).all(), i
 
@@ -823,8 +857,8 @@ def ln_run(norm_first: bool, warm_up: bool) -> list[float]:
     else:
         scheduler = LambdaLR(optimizer, NoRamp())
     record = History()
-    train_epoch(model, deep_batches, loss_fn, optimizer, scheduler,
-                progress=False, history=record)
+    train_epoch(model, deep_batches, loss_fn, optimizer,
+                scheduler=scheduler, progress=False, history=record)
     return record.step_loss
 
 
@@ -1009,8 +1043,14 @@ print("identical outputs:", torch.equal(before, after))
 assert torch.equal(before, after)
 assert restored.config == model.config
 assert extra["epoch"] == 15 and extra["history"] == history.to_dict()
-again = greedy_decode(restored, held_out.src, held_out.src_mask,
-                      SEQ_LEN + 2, BOS_ID, EOS_ID)
+again = greedy_decode(
+    restored,
+    held_out.src,
+    src_mask=held_out.src_mask,
+    max_len=SEQ_LEN + 2,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+)
 assert torch.equal(again, predicted)
 
 # %% [markdown]

@@ -72,31 +72,30 @@ from IPython.display import display
 
 import transformer_lite
 from transformer_lite import decoding, default_device, seed_everything
-from transformer_lite.checkpoint import average_checkpoints
-from transformer_lite.data import (
-    balance_digits,
-    bucket_batches,
-    number_pairs,
-    number_splits,
-    number_words,
-    pad_sequences,
-)
 from transformer_lite.decoding import (
     beam_search,
     gnmt_length_penalty,
     greedy_decode,
 )
 from transformer_lite.device import book_seed
-from transformer_lite.distributed import train_step
-from transformer_lite.metrics import bleu, chrf, errors, scores
-from transformer_lite.tokenizer import BOS_ID, EOS_ID, PAD_ID
-from transformer_lite.training import LabelSmoothingLoss
-from transformer_lite.translate import (
+from transformer_lite.tasks.corpus import bucket_batches, pad_sequences
+from transformer_lite.tasks.metrics import bleu, chrf, errors, scores
+from transformer_lite.tasks.numbers import (
+    balance_digits,
+    number_pairs,
+    number_splits,
+    number_words,
+)
+from transformer_lite.tasks.trainer import (
     TranslateConfig,
     train,
     train_tokenizers,
 )
-from transformer_lite.translator import Translator
+from transformer_lite.tasks.translator import Translator
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
+from transformer_lite.training import LabelSmoothingLoss
+from transformer_lite.training.checkpoint import average_checkpoints
+from transformer_lite.training.distributed import shard
 from transformer_lite.viz import attention_explorer, collect_attention
 
 device = default_device()
@@ -573,8 +572,15 @@ show(decoding._beam_search)
 
 # %%
 few = src_tok.encode_batch(test_sources[:50]).to(device)  # (B, S)
-greedy_ys = greedy_decode(model, few, None, 30, BOS_ID, EOS_ID)
-beam1_ys = beam_search(model, few, None, 30, BOS_ID, EOS_ID, beam_size=1)
+greedy_ys = greedy_decode(model, few, max_len=30, bos_id=BOS_ID, eos_id=EOS_ID)
+beam1_ys = beam_search(
+    model,
+    few,
+    max_len=30,
+    bos_id=BOS_ID,
+    eos_id=EOS_ID,
+    beam_size=1,
+)
 print("k = 1 equals greedy:", torch.equal(greedy_ys, beam1_ys))
 
 # %% tags=["remove-cell"]
@@ -592,8 +598,15 @@ max_len = 2 * test_src.size(1) + 10  # a common limit: 2 S + 10 tokens
 def decode_test(k: int) -> dict:
     """Decode the test set with beam size k; score and time it."""
     start = time.perf_counter()
-    ys, score = beam_search(model, test_src, None, max_len, BOS_ID,
-                            EOS_ID, beam_size=k, return_scores=True)
+    ys, score = beam_search(
+        model,
+        test_src,
+        max_len=max_len,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
+        beam_size=k,
+        return_scores=True,
+    )
     seconds = time.perf_counter() - start
     outputs = tgt_tok.decode_batch(ys)
     return {"ys": ys, "outputs": outputs, "score": score,
@@ -922,10 +935,13 @@ assert any(a["▁twenty"] == "undzwanzigtausend" and a["one"] == "ein"
 # own mean instead would weight a short share's tokens more than a long
 # one's. Every process knows $N_{tok}$ without talking to the others,
 # because all of them build the same global batches from the same seed.
-# This is `train_step`, the inner step of `train`:
+# This is the formula of chapter 6's `train_step`, the package's one
+# training step, with $W = R$ processes: when a process group exists it
+# takes this process's share of each batch (`shard`) and scales its
+# summed loss by $R / N_{tok}$. `train` calls it for every batch:
 
 # %%
-show(train_step)
+show(shard)
 
 # %% [markdown]
 # `tests/test_distributed.py` starts two processes that talk over
@@ -941,7 +957,7 @@ show(train_step)
 #
 # ```bash
 # OMP_NUM_THREADS=1 torchrun --nproc_per_node=2 \
-#     -m transformer_lite.translate train --pair de-en
+#     -m transformer_lite.tasks.translate train --pair de-en
 # ```
 #
 # On two cores, expect no gain over one process with two threads: the
@@ -954,11 +970,12 @@ show(train_step)
 # translates whatever you type:
 #
 # ```bash
-# python -m transformer_lite.translate train            # 1.5 minutes
-# python -m transformer_lite.translate "dreihundertzwölf"
+# python -m transformer_lite.tasks.translate train     # 1.5 minutes
+# python -m transformer_lite.tasks.translate "dreihundertzwölf"
 # three hundred and twelve
-# python -m transformer_lite.translate train --pair fr-en
-# python -m transformer_lite.translate --pair fr-en "quatre-vingt-dix-sept"
+# python -m transformer_lite.tasks.translate train --pair fr-en
+# python -m transformer_lite.tasks.translate --pair fr-en \
+#     "quatre-vingt-dix-sept"
 # ```
 #
 # The model goes to `~/.cache/transformer-lite/de-en.pt` (or under
@@ -968,8 +985,8 @@ show(train_step)
 # `--tsv corpus.tsv` trains on any parallel corpus with one
 # `source<TAB>target` pair per line, such as Multi30k
 # (`paste train.de train.en > train.tsv`) or sentence pairs from Tatoeba.
-# `transformer_lite.data.read_tsv` reads it and names the line of any
-# malformed entry.
+# `transformer_lite.tasks.corpus.read_tsv` reads it and names the line
+# of any malformed entry.
 
 # %% tags=["remove-cell"]
 assert translator.translate(["dreihundertzwölf"]) == [
@@ -1041,7 +1058,7 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 #
 # 1. **French to English.** Train with
 #    `train(number_pairs(splits["train"], "fr-en"), TranslateConfig(
-#    pair="fr-en"), ...)` (or `python -m transformer_lite.translate train
+#    pair="fr-en"), ...)` (or `python -m transformer_lite.tasks.translate train
 #    --pair fr-en`). Is French harder: more steps to reach 95%, or other
 #    errors? Look at the cross-attention of "quatre-vingt-dix-sept" in
 #    the explorer: which French pieces does "ninety" look at?

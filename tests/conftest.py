@@ -5,6 +5,20 @@ import torch
 
 CUDA = torch.cuda.is_available()
 
+# float32 means float32 on every device. NVIDIA GPUs since Ampere can round
+# the inputs of float32 matrix products (cuBLAS) and convolutions (cuDNN)
+# to TF32, 10 bits of fraction: errors near 1e-3, far above the float32
+# tolerances below. cuDNN does it by default; cuBLAS does it where
+# TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1 is set, as in NVIDIA's container
+# images. Setting the flags overrides both (tests/test_device.py runs the
+# suite's check under that variable).
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+if torch.backends.cuda.matmul.allow_tf32 or torch.backends.cudnn.allow_tf32:
+    raise RuntimeError(
+        "could not turn TF32 off; float32 comparisons would fail on a GPU"
+    )
+
 DEVICES = [
     "cpu",
     pytest.param(

@@ -285,3 +285,119 @@ def test_mha_forward_errors():
         mha(x, x, x, torch.ones(2, 5, 4, dtype=torch.bool))
     with pytest.raises(ValueError, match="bool"):
         mha(x, x, x, torch.ones(2, 5, 5))
+
+
+# --- the fused kernels themselves, in the dtypes a GPU trains in -----------
+
+KERNEL_TOLERANCES = {  # against float64; bfloat16 keeps 8 bits
+    torch.float32: dict(rtol=1e-5, atol=1e-5),
+    torch.bfloat16: dict(rtol=2e-2, atol=5e-2),  # worst seen: 0.02
+}
+
+
+def awkward_mask(device):
+    """(B, L, L) causal and padding, with one query row that sees nothing."""
+    lengths = torch.tensor([9, 6, 3], device=device)
+    keep = torch.arange(9, device=device) < lengths[:, None]  # (B, L)
+    mask = causal_mask(9, device) & keep[:, None, :]  # (B, L, L)
+    mask[1, 4] = False
+    return mask
+
+
+@pytest.mark.parametrize("dtype", KERNEL_TOLERANCES, ids=str)
+def test_fused_kernel_forward_and_backward(dtype, device):
+    """The kernel PyTorch picks on ``device`` for ``dtype`` (the CPU's fused
+    kernel; flash, memory-efficient or cuDNN on a GPU) against the plain
+    path in float64: outputs and gradients, a fully masked row included."""
+    torch.manual_seed(0)
+    reference = MultiHeadAttention(32, 4, dropout=0.0).double().eval()
+    fused = MultiHeadAttention(32, 4, dropout=0.0, fused=True).eval()
+    fused.load_state_dict(reference.state_dict())
+    fused.to(device, dtype)
+    x = torch.randn(3, 9, 32, dtype=torch.float64)  # (B, L, C)
+    x_ref = x.clone().requires_grad_()
+    x_fused = x.to(device, dtype).requires_grad_()
+    mask = awkward_mask("cpu")
+    y_ref = reference(x_ref, x_ref, x_ref, mask)  # (B, L, C)
+    y = fused(x_fused, x_fused, x_fused, mask.to(device))  # (B, L, C)
+    grad = torch.randn_like(y_ref)
+    y_ref.backward(grad)
+    y.backward(grad.to(device, dtype))
+    tol = KERNEL_TOLERANCES[dtype]
+    assert y.dtype == dtype and torch.isfinite(y).all()
+    # the row that sees nothing: attention gives zeros, w_o its bias
+    assert torch.equal(y[1, 4], fused.w_o.bias.detach())
+    torch.testing.assert_close(y.double().cpu(), y_ref, **tol)
+    torch.testing.assert_close(x_fused.grad.double().cpu(), x_ref.grad, **tol)
+    for name, p in reference.named_parameters():
+        got = dict(fused.named_parameters())[name].grad
+        assert torch.isfinite(got).all(), name
+        torch.testing.assert_close(got.double().cpu(), p.grad, **tol)
+
+
+def nan_for_empty_rows(monkeypatch):
+    """Make F.scaled_dot_product_attention behave as some CUDA kernels do
+    for a query row with no allowed key: NaN, forward and backward."""
+    real = F.scaled_dot_product_attention
+
+    def kernel(q, k, v, attn_mask=None, **kwargs):
+        out = real(q, k, v, attn_mask=attn_mask, **kwargs)
+        if attn_mask is None:
+            return out
+        empty = ~attn_mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
+        nan_rows = torch.ones_like(empty, dtype=out.dtype)
+        return out * nan_rows.masked_fill(empty, torch.nan)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", kernel)
+
+
+def test_fused_path_never_hands_the_kernel_an_empty_row(monkeypatch):
+    nan_for_empty_rows(monkeypatch)
+    torch.manual_seed(0)
+    attention = MultiHeadAttention(32, 4, dropout=0.0, fused=True).double()
+    x = torch.randn(3, 9, 32, dtype=torch.float64, requires_grad=True)
+    y = attention(x, x, x, awkward_mask("cpu"))  # (B, L, C)
+    y.sum().backward()
+    assert torch.isfinite(y).all() and torch.isfinite(x.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in attention.parameters())
+
+
+# --- is_causal: no mask tensor, so that FlashAttention may run -------------
+
+
+@pytest.mark.parametrize("padding", [False, True])
+@pytest.mark.parametrize("fused", [False, True])
+def test_is_causal_equals_a_causal_mask(fused, padding):
+    ours, _ = make_pair(16, 4, torch.float64, "cpu")
+    ours.eval()
+    x = torch.randn(3, 6, 16, dtype=torch.float64)
+    mask = build_mask("padding", 3, 6, 6, "cpu") if padding else None
+    full = causal_mask(6) if mask is None else causal_mask(6) & mask
+    expected = ours(x, x, x, full)
+    ours.fused = fused
+    assert_close(ours(x, x, x, mask, is_causal=True), expected, torch.float64)
+
+
+def test_is_causal_alone_gives_the_kernel_no_mask(monkeypatch):
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    ours, _ = make_pair(16, 4, torch.float64, "cpu")
+    ours.fused = True
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    ours(x, x, x, is_causal=True)
+    ours(x, x, x)
+    assert [c.get("attn_mask") for c in calls] == [None, None]
+    assert [c.get("is_causal") for c in calls] == [True, False]
+
+
+def test_is_causal_needs_square_attention():
+    ours, _ = make_pair(16, 4, torch.float64, "cpu")
+    x, m = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
+    with pytest.raises(ValueError, match="as many queries as keys"):
+        ours(x, m, m, is_causal=True)

@@ -1,10 +1,10 @@
-"""transformer_lite.checkpoint.average_checkpoints (chapter 7)."""
+"""transformer_lite.training.checkpoint.average_checkpoints (chapter 7)."""
 
 import pytest
 import torch
 
 from transformer_lite import make_model
-from transformer_lite.checkpoint import (
+from transformer_lite.training.checkpoint import (
     average_checkpoints,
     load_checkpoint,
     save_checkpoint,

@@ -83,14 +83,13 @@ SRC = torch.tensor([[A, B]])  # the stub ignores its source
 
 def test_beam_search_finds_a_more_probable_output_than_greedy():
     model = MarkovModel(TRAP)
-    greedy = greedy_decode(model, SRC, None, 10, BOS, EOS)
+    greedy = greedy_decode(model, SRC, max_len=10, bos_id=BOS, eos_id=EOS)
     beam, score = beam_search(
         model,
         SRC,
-        None,
-        10,
-        BOS,
-        EOS,
+        max_len=10,
+        bos_id=BOS,
+        eos_id=EOS,
         beam_size=2,
         length_penalty=0.0,
         return_scores=True,
@@ -104,7 +103,13 @@ def test_beam_search_finds_a_more_probable_output_than_greedy():
 def test_scores_are_log_probabilities_over_the_length_penalty():
     model = MarkovModel(TRAP)
     beam, score = beam_search(
-        model, SRC, None, 10, BOS, EOS, beam_size=3, return_scores=True
+        model,
+        SRC,
+        max_len=10,
+        bos_id=BOS,
+        eos_id=EOS,
+        beam_size=3,
+        return_scores=True,
     )
     n = int((beam[0] != PAD).sum()) - 1  # tokens after BOS, EOS included
     expected = model.log_prob(beam[0]) / ((5 + n) / 6) ** 0.6
@@ -130,9 +135,25 @@ def test_length_penalty_favours_longer_outputs():
         D: {D: 0.5, EOS: 0.5},
     }
     model = MarkovModel(table)
-    plain = beam_search(model, SRC, None, 12, BOS, EOS, 4, 0.0)
+    plain = beam_search(
+        model,
+        SRC,
+        max_len=12,
+        bos_id=BOS,
+        eos_id=EOS,
+        beam_size=4,
+        length_penalty=0.0,
+    )
     assert plain.tolist() == [[BOS, A, EOS]]  # 0.3 beats 0.7 * 0.65 * 0.5
-    longer = beam_search(model, SRC, None, 12, BOS, EOS, 4, 2.0)
+    longer = beam_search(
+        model,
+        SRC,
+        max_len=12,
+        bos_id=BOS,
+        eos_id=EOS,
+        beam_size=4,
+        length_penalty=2.0,
+    )
     assert longer.size(1) > 3  # alpha = 2 prefers a longer output
 
 
@@ -157,8 +178,15 @@ def padded_source(seed: int = 0) -> tuple[Tensor, list[int]]:
 def test_beam_size_one_is_greedy(eos):
     model = real_model()
     src, _ = padded_source()
-    greedy = greedy_decode(model, src, None, 9, 1, eos)
-    beam = beam_search(model, src, None, 9, 1, eos, beam_size=1)
+    greedy = greedy_decode(model, src, max_len=9, bos_id=1, eos_id=eos)
+    beam = beam_search(
+        model,
+        src,
+        max_len=9,
+        bos_id=1,
+        eos_id=eos,
+        beam_size=1,
+    )
     assert torch.equal(beam, greedy)
 
 
@@ -168,18 +196,24 @@ def test_batched_equals_one_by_one(beam_size):
     src, lengths = padded_source(seed=1)
     src_mask = padding_mask(src, 3)
     batched, scores = beam_search(
-        model, src, src_mask, 9, 1, 6, beam_size, return_scores=True
+        model,
+        src,
+        src_mask=src_mask,
+        max_len=9,
+        bos_id=1,
+        eos_id=6,
+        beam_size=beam_size,
+        return_scores=True,
     )
     finished = 0
     for i, n in enumerate(lengths):
         alone, score = beam_search(
             model,
             src[i : i + 1, :n],
-            None,
-            9,
-            1,
-            6,
-            beam_size,
+            max_len=9,
+            bos_id=1,
+            eos_id=6,
+            beam_size=beam_size,
             return_scores=True,
         )
         L = alone.size(1)
@@ -194,21 +228,42 @@ def test_outputs_are_padded_after_eos_and_mode_is_restored():
     model = MarkovModel(TRAP)
     model.train()
     src = torch.tensor([[A, B], [B, A], [C, C]])
-    out = beam_search(model, src, None, 10, BOS, EOS, beam_size=3)
+    out = beam_search(
+        model,
+        src,
+        max_len=10,
+        bos_id=BOS,
+        eos_id=EOS,
+        beam_size=3,
+    )
     assert out.tolist() == [[BOS, B, EOS]] * 3  # the stub ignores src
     assert model.training
-    no_eos = beam_search(model, src, None, 4, BOS, PAD + 6, beam_size=2)
+    no_eos = beam_search(
+        model,
+        src,
+        max_len=4,
+        bos_id=BOS,
+        eos_id=PAD + 6,
+        beam_size=2,
+    )
     assert no_eos.shape == (3, 4)  # D = 6 is never emitted: max_len
 
 
 def test_bad_arguments():
     model = MarkovModel(TRAP)
     with pytest.raises(ValueError, match="beam_size"):
-        beam_search(model, SRC, None, 5, BOS, EOS, beam_size=0)
+        beam_search(model, SRC, max_len=5, bos_id=BOS, eos_id=EOS, beam_size=0)
     with pytest.raises(ValueError, match="length_penalty"):
-        beam_search(model, SRC, None, 5, BOS, EOS, length_penalty=-1.0)
+        beam_search(
+            model,
+            SRC,
+            max_len=5,
+            bos_id=BOS,
+            eos_id=EOS,
+            length_penalty=-1.0,
+        )
     with pytest.raises(ValueError, match="max_len"):
-        beam_search(model, SRC, None, 0, BOS, EOS)
+        beam_search(model, SRC, max_len=0, bos_id=BOS, eos_id=EOS)
 
 
 def teacher_forced_score(model, src, ys, eos, alpha) -> float:
@@ -234,10 +289,9 @@ def test_scores_equal_a_full_forward_pass(alpha, seed):
     out, scores = beam_search(
         model,
         src,
-        None,
-        12,
-        1,
-        6,
+        max_len=12,
+        bos_id=1,
+        eos_id=6,
         beam_size=4,
         length_penalty=alpha,
         return_scores=True,
@@ -290,7 +344,14 @@ def test_equals_a_plain_reference_on_random_models(seed, k, alpha):
     table = {a: {b: float(probs[a, b]) for b in range(1, V)} for a in range(V)}
     model = MarkovModel(table)
     out, score = beam_search(
-        model, SRC, None, 6, BOS, EOS, k, alpha, return_scores=True
+        model,
+        SRC,
+        max_len=6,
+        bos_id=BOS,
+        eos_id=EOS,
+        beam_size=k,
+        length_penalty=alpha,
+        return_scores=True,
     )
     tokens, _, _ = expected = reference_beam_search(model.log_p, k, alpha, 6)
     n = len(out[0])

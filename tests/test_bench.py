@@ -2,34 +2,47 @@
 writes and prints, that contenders take turns, that the nn.Transformer it
 races is our model's exact twin. No timing is asserted."""
 
-import inspect
 import json
 
 import pytest
 import torch
 
-from transformer_lite.bench import check_targets, main, peak_tflops
-from transformer_lite.bench_cases import alternate
-from transformer_lite.bench_models import (
-    PAD_ID,
+from transformer_lite.bench.cases import alternate
+from transformer_lite.bench.fixtures import (
+    GPU,
     QUICK,
     TorchReference,
     our_model,
     random_batch,
 )
-from transformer_lite.decoding import greedy_decode
+from transformer_lite.bench.report import (
+    SIZES,
+    check_targets,
+    main,
+    peak_tflops,
+    report,
+    sizes_for,
+)
 from transformer_lite.interop import (
     from_torch_decoder_layer,
     from_torch_encoder_layer,
 )
+from transformer_lite.tokens import PAD_ID
 
-TRAINING = ("ours (plain)", "ours (fused)", "nn.Transformer")
+TRAINING = (
+    "ours (plain)",
+    "ours (fused)",
+    "nn.Transformer",
+    "ours (compiled)",
+    "nn.Transformer (compiled)",
+)
 ATTENTION = ("plain", "chunked", "fused")
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
-    """One ``--quick --repeats 1`` run: its result, JSON and printout."""
+    """One ``--quick --repeats 1`` run: its result, JSON and printout.
+    About a minute, most of it compiling the compiled contenders."""
     path = tmp_path_factory.mktemp("bench") / "bench.json"
     with pytest.MonkeyPatch.context() as mp:
         printed = []
@@ -44,8 +57,10 @@ def test_json_holds_every_measurement(quick_run):
     assert written == json.loads(json.dumps(result))
     assert set(written) == {
         "machine",
+        "sizes_name",
         "sizes",
         "repeats",
+        "peak",
         "training",
         "decoding",
         "attention",
@@ -59,6 +74,9 @@ def test_json_holds_every_measurement(quick_run):
         assert training[name]["median_s"] > 0
         assert training[name]["tokens_per_s"] > 0
     assert training["flops_per_step"] > 0
+    assert training["contenders"] == list(TRAINING)
+    assert set(training["compile_s"]) == {n for n in TRAINING if "comp" in n}
+    assert written["peak"]["tflops"] > 0
     assert training["ratio_fused"] == pytest.approx(
         training["ours (fused)"]["median_s"]
         / training["nn.Transformer"]["median_s"]
@@ -75,14 +93,12 @@ def test_json_holds_every_measurement(quick_run):
             assert len(row[name]["times_s"]) == 1
 
 
-def test_decoding_compares_the_cache_once_it_exists(quick_run):
+def test_decoding_rows_give_the_same_tokens(quick_run):
     _, written, _ = quick_run
-    has_cache = "use_cache" in inspect.signature(greedy_decode).parameters
     for row in written["decoding"]:
-        assert ("cached" in row) == has_cache
-        if has_cache:
-            assert row["same_tokens"] is True
-            assert row["speedup"] > 0
+        assert {"recompute", "cached", "compiled"} <= set(row)
+        assert row["same_tokens"] is True
+        assert row["speedup"] > 0 and row["compiled_speedup"] > 0
 
 
 def test_printout_is_markdown_tables(quick_run):
@@ -146,7 +162,14 @@ def test_peak_tflops_known_and_unknown_devices():
 
 def test_targets_are_checked_in_the_right_direction():
     results = {
-        "training": {"paired_ratio_fused": 1.01, "paired_ratio_plain": 1.09},
+        "peak": {"tflops": 0.1},
+        "training": {
+            "paired_ratio_fused": 0.99,
+            "paired_ratio_plain": 0.99,
+            "contenders": ["a", "b"],
+            "a": {"tflops": 0.05},
+            "b": {"tflops": 0.072},
+        },
         "decoding": [{"new_tokens": 64, "speedup": 2.5}],
         "attention": [{"length": 8192, "plain_over_chunked_memory": 9.0}],
     }
@@ -154,6 +177,38 @@ def test_targets_are_checked_in_the_right_direction():
     assert met == {
         "fused_over_torch": False,
         "plain_over_torch": True,
+        "share_of_peak": True,
         "cache_speedup": False,
         "memory_saving": True,
     }
+
+
+def test_a_gpu_gets_gpu_sized_cases():
+    """At the CPU's sizes a GPU is launch-bound: on CUDA the benchmark
+    runs larger ones, unless told otherwise."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert sizes_for(cuda) == "gpu" and sizes_for(cpu) == "cpu"
+    assert sizes_for(cuda, "cpu") == "cpu" and sizes_for(cpu, "gpu") == "gpu"
+    assert sizes_for(cuda, quick=True) == "quick"
+    assert SIZES["gpu"] is GPU
+    cpu_sizes = SIZES["cpu"]
+    for name in ("d_model", "d_ff", "length", "matmul_size"):
+        assert getattr(GPU, name) > getattr(cpu_sizes, name), name
+    assert GPU.batch * GPU.length > cpu_sizes.batch * cpu_sizes.length
+    assert 8192 in GPU.attention_lengths  # the memory ratio is comparable
+    assert 64 in GPU.decode_tokens
+
+
+def test_targets_apply_to_the_cpu_sizes_only(quick_run):
+    """The quick run used other sizes: its targets are n/a, and the
+    printout says why."""
+    _, written, text = quick_run
+    assert written["sizes_name"] == "quick"
+    assert written["targets"]
+    for checked in written["targets"].values():
+        assert checked["applies"] is False and checked["met"] is None
+    assert "they do not apply" in text
+    results = dict(written, sizes_name="cpu")
+    results["targets"] = check_targets(results)
+    assert all(c["applies"] for c in results["targets"].values())
+    assert "they do not apply" not in report(results)

@@ -1,4 +1,4 @@
-"""Tests for the chapter 7 data in transformer_lite.data: number words,
+"""Tests for the chapter 7 data in transformer_lite.tasks: number words,
 splits, the TSV reader and length-bucketed batches."""
 
 import collections
@@ -7,16 +7,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from transformer_lite.data import (
-    PAD_ID,
-    balance_digits,
+from transformer_lite.tasks.corpus import (
     bucket_batches,
-    number_pairs,
-    number_splits,
-    number_words,
     pad_sequences,
     read_tsv,
 )
+from transformer_lite.tasks.numbers import (
+    balance_digits,
+    number_pairs,
+    number_splits,
+    number_words,
+)
+from transformer_lite.tokens import PAD_ID
 
 FIXTURE = Path(__file__).parent / "data" / "tiny_corpus.tsv"
 

@@ -1,17 +1,15 @@
-"""Tests for transformer_lite.data (chapter 6): the copy task."""
+"""Tests for transformer_lite.tasks.copy_task (chapter 6): the copy task."""
 
 import pytest
 import torch
 
-from transformer_lite.data import (
-    BOS_ID,
-    EOS_ID,
+from transformer_lite.tasks.copy_task import (
     FIRST_SYMBOL_ID,
-    PAD_ID,
     copy_task_batches,
     copy_task_held_out,
     copy_task_sequences,
 )
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_lite.training import Batch
 
 V = 13

@@ -65,7 +65,13 @@ def scripted_src(rows=(0, 1, 2)) -> torch.Tensor:
 
 def test_rows_stop_at_eos_and_are_padded_after_it():
     model = ScriptedModel(SCRIPT)
-    out = greedy_decode(model, scripted_src(), None, 7, BOS, EOS)
+    out = greedy_decode(
+        model,
+        scripted_src(),
+        max_len=7,
+        bos_id=BOS,
+        eos_id=EOS,
+    )
     expected = torch.tensor(
         [
             [BOS, 5, 6, EOS, PAD, PAD],
@@ -79,7 +85,7 @@ def test_rows_stop_at_eos_and_are_padded_after_it():
 
 def test_without_eos_every_row_runs_to_max_len():
     model = ScriptedModel(SCRIPT)
-    out = greedy_decode(model, scripted_src(), None, 7, BOS)
+    out = greedy_decode(model, scripted_src(), max_len=7, bos_id=BOS)
     assert torch.equal(out[:, 1:], model.script)
     assert out.shape == (3, 7)
     assert torch.equal(out[:, 0], torch.full((3,), BOS))
@@ -87,11 +93,23 @@ def test_without_eos_every_row_runs_to_max_len():
 
 def test_max_len_cuts_rows_that_have_not_finished():
     model = ScriptedModel(SCRIPT)
-    out = greedy_decode(model, scripted_src(), None, 3, BOS, EOS)
+    out = greedy_decode(
+        model,
+        scripted_src(),
+        max_len=3,
+        bos_id=BOS,
+        eos_id=EOS,
+    )
     assert torch.equal(
         out, torch.tensor([[BOS, 5, 6], [BOS, 5, EOS], [BOS, 4, 4]])
     )
-    out = greedy_decode(model, scripted_src(), None, 1, BOS, EOS)
+    out = greedy_decode(
+        model,
+        scripted_src(),
+        max_len=1,
+        bos_id=BOS,
+        eos_id=EOS,
+    )
     assert torch.equal(out, torch.full((3, 1), BOS))
 
 
@@ -99,7 +117,7 @@ def test_max_len_cuts_rows_that_have_not_finished():
 def test_decoding_runs_in_eval_mode_without_gradients(training):
     model = ScriptedModel(SCRIPT)
     model.train(training)
-    greedy_decode(model, scripted_src(), None, 5, BOS, EOS)
+    greedy_decode(model, scripted_src(), max_len=5, bos_id=BOS, eos_id=EOS)
     assert model.calls[0][0] == "encode"
     assert {c[1:] for c in model.calls} == {(False, False)}
     assert model.training == training  # the mode is restored
@@ -109,7 +127,7 @@ def test_mode_is_restored_when_decoding_fails():
     model = ScriptedModel(SCRIPT)
     model.train()
     with pytest.raises(IndexError):  # the script has only 6 steps
-        greedy_decode(model, scripted_src(), None, 9, BOS)
+        greedy_decode(model, scripted_src(), max_len=9, bos_id=BOS)
     assert model.training
 
 
@@ -141,11 +159,30 @@ def padded_source(seed: int = 0) -> tuple[torch.Tensor, list[int]]:
 def test_each_row_equals_the_row_decoded_alone():
     model = real_model()
     src, lengths = padded_source()
-    free = greedy_decode(model, src, padding_mask(src, PAD), 9, BOS)
+    free = greedy_decode(
+        model,
+        src,
+        src_mask=padding_mask(src, PAD),
+        max_len=9,
+        bos_id=BOS,
+    )
     eos = int(free[1, 3])  # a token row 1 emits: some rows will stop
-    batched = greedy_decode(model, src, padding_mask(src, PAD), 9, BOS, eos)
+    batched = greedy_decode(
+        model,
+        src,
+        src_mask=padding_mask(src, PAD),
+        max_len=9,
+        bos_id=BOS,
+        eos_id=eos,
+    )
     alone = [
-        greedy_decode(model, src[i : i + 1, :n], None, 9, BOS, eos)[0]
+        greedy_decode(
+            model,
+            src[i : i + 1, :n],
+            max_len=9,
+            bos_id=BOS,
+            eos_id=eos,
+        )[0]
         for i, n in enumerate(lengths)
     ]
     assert batched.size(1) == max(len(row) for row in alone)
@@ -161,7 +198,7 @@ def test_greedy_choice_is_the_argmax_of_the_full_forward_pass():
     model = real_model().eval()
     src, _ = padded_source(seed=1)
     src_mask = padding_mask(src, PAD)
-    out = greedy_decode(model, src, src_mask, 8, BOS)
+    out = greedy_decode(model, src, src_mask=src_mask, max_len=8, bos_id=BOS)
     with torch.no_grad():
         logits = model(src, out[:, :-1], src_mask)  # (B, 7, V)
     assert torch.equal(logits.argmax(-1), out[:, 1:])

@@ -42,7 +42,13 @@ def decode_both(model, src, max_len, eos_id):
     mask = padding_mask(src, PAD)
     return [
         greedy_decode(
-            model, src, mask, max_len, BOS, eos_id, use_cache=use_cache
+            model,
+            src,
+            src_mask=mask,
+            max_len=max_len,
+            bos_id=BOS,
+            eos_id=eos_id,
+            use_cache=use_cache,
         )
         for use_cache in (False, True)
     ]
@@ -70,7 +76,7 @@ def test_a_pad_token_inside_a_row_is_masked_as_without_the_cache():
     that key (``target_mask``); the cached step must mask it too."""
     model = model_for(False, torch.float64)
     src = padded_source(seed=1)
-    free = greedy_decode(model, src, None, 10, BOS)
+    free = greedy_decode(model, src, max_len=10, bos_id=BOS)
     token = int(free[0, 2])  # emitted mid-row by row 0
     model.config.pad_id = token  # from now on that token is padding
     plain, cached = decode_both(
@@ -87,10 +93,10 @@ def test_each_step_feeds_only_the_newest_token():
     model.decoder.register_forward_pre_hook(
         lambda module, args: lengths.append(args[0].size(1))
     )
-    out = greedy_decode(model, src, None, 9, BOS, use_cache=True)
+    out = greedy_decode(model, src, max_len=9, bos_id=BOS, use_cache=True)
     assert lengths == [1] * (out.size(1) - 1)
     lengths.clear()
-    greedy_decode(model, src, None, 9, BOS, use_cache=False)
+    greedy_decode(model, src, max_len=9, bos_id=BOS, use_cache=False)
     assert lengths == list(range(1, out.size(1)))
 
 
@@ -111,9 +117,9 @@ def test_the_cache_runs_to_max_len_and_restores_the_mode():
         .train()
     )
     src = padded_source()
-    out = greedy_decode(model, src, None, 1, BOS, use_cache=True)
+    out = greedy_decode(model, src, max_len=1, bos_id=BOS, use_cache=True)
     assert torch.equal(out, torch.full((src.size(0), 1), BOS))
-    out = greedy_decode(model, src, None, 12, BOS, use_cache=True)
+    out = greedy_decode(model, src, max_len=12, bos_id=BOS, use_cache=True)
     assert out.size(1) == 12  # every position of the positional table
-    assert torch.equal(out, greedy_decode(model, src, None, 12, BOS))
+    assert torch.equal(out, greedy_decode(model, src, max_len=12, bos_id=BOS))
     assert model.training  # the mode is restored

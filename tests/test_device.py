@@ -1,9 +1,14 @@
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from transformer_lite.device import (
     book_seed,
     default_device,
+    no_tf32,
     seed_everything,
 )
 
@@ -32,6 +37,47 @@ def test_seed_everything_repeats_runs():
         torch.randn(3, generator=g),
         torch.randn(3, generator=torch.Generator().manual_seed(7)),
     )
+
+
+def test_tf32_is_off_in_the_tests():
+    """conftest.py pins it: float32 tolerances assume float32 arithmetic."""
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is False
+
+
+def test_tf32_stays_off_under_nvidias_container_setting():
+    override = os.environ | {"TORCH_ALLOW_TF32_CUBLAS_OVERRIDE": "1"}
+    # The variable does turn TF32 on for cuBLAS, on any build of torch ...
+    probe = "import torch; print(torch.backends.cuda.matmul.allow_tf32)"
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        env=override,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert out.stdout.strip() == "True"
+    # ... and the test suite turns it off again.
+    test = f"{__file__}::test_tf32_is_off_in_the_tests"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
+        env=override,
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_no_tf32_turns_tf32_off_inside_and_restores_it():
+    torch.backends.cudnn.allow_tf32 = True
+    try:
+        with no_tf32():
+            assert not torch.backends.cuda.matmul.allow_tf32
+            assert not torch.backends.cudnn.allow_tf32
+        assert torch.backends.cudnn.allow_tf32
+        assert not torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32 = False
 
 
 def test_book_seed_reads_the_environment(monkeypatch):

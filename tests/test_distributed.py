@@ -11,8 +11,13 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from transformer_lite import make_model
-from transformer_lite.distributed import shard, train_step, world
 from transformer_lite.training import Batch, LabelSmoothingLoss
+from transformer_lite.training.distributed import (
+    init_distributed,
+    shard,
+    world,
+)
+from transformer_lite.training.step import train_step
 
 V, PAD = 11, 0
 LENGTHS = [(3, 9), (7, 2), (5, 5), (2, 8), (6, 3)]  # (S, T) of each row
@@ -134,3 +139,54 @@ def test_one_process_step_is_a_plain_step():
     assert loss == pytest.approx(expected, rel=1e-12)
     for a, b in zip(model.parameters(), reference.parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.fixture
+def one_gpu(monkeypatch):
+    """A machine with one CUDA device, as torch sees it, and a process
+    group that records its backend instead of starting; returns the
+    record."""
+    joined = {"set_device": []}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "set_device", joined["set_device"].append)
+    monkeypatch.setattr(dist, "is_initialized", lambda: False)
+    monkeypatch.setattr(
+        dist, "init_process_group", lambda backend: joined.update(b=backend)
+    )
+    return joined
+
+
+def torchrun_env(monkeypatch, rank: int, nproc: int) -> None:
+    """What ``torchrun --nproc_per_node=nproc`` sets for one process."""
+    for name, value in (
+        ("RANK", rank),
+        ("LOCAL_RANK", rank),
+        ("WORLD_SIZE", nproc),
+        ("LOCAL_WORLD_SIZE", nproc),
+    ):
+        monkeypatch.setenv(name, str(value))
+
+
+def test_more_processes_than_gpus_train_on_the_cpu(one_gpu, monkeypatch):
+    """``torchrun --nproc_per_node=2`` on a one-GPU machine: no
+    'invalid device ordinal', no two NCCL processes on one GPU."""
+    torchrun_env(monkeypatch, rank=0, nproc=2)
+    with pytest.warns(RuntimeWarning, match="1 CUDA device"):
+        assert init_distributed() == torch.device("cpu")
+    torchrun_env(monkeypatch, rank=1, nproc=2)
+    assert init_distributed() == torch.device("cpu")
+    assert one_gpu == {"set_device": [], "b": "gloo"}
+
+
+def test_nccl_with_too_few_gpus_is_refused(one_gpu, monkeypatch):
+    torchrun_env(monkeypatch, rank=1, nproc=2)
+    with pytest.raises(ValueError, match="--nproc_per_node=1"):
+        init_distributed("nccl")
+
+
+def test_one_process_per_gpu_uses_its_gpu(one_gpu, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    torchrun_env(monkeypatch, rank=1, nproc=2)
+    assert init_distributed() == torch.device("cuda:1")
+    assert one_gpu == {"set_device": [torch.device("cuda:1")], "b": "nccl"}

@@ -8,12 +8,13 @@ import torch
 from conftest import assert_close, random_padding
 
 from transformer_lite import make_model
-from transformer_lite.attention import scaled_dot_product_attention
-from transformer_lite.efficient import (
-    chunked_attention,
-    peak_memory,
+from transformer_lite.attention import (
+    scaled_dot_product_attention,
     set_fused_attention,
 )
+from transformer_lite.bench import memory
+from transformer_lite.bench.memory import peak_memory
+from transformer_lite.chunked import chunked_attention
 from transformer_lite.masks import causal_mask
 
 CASES = [  # (B, H, Lq, Lk, D, chunk_size, query_chunk_size)
@@ -193,6 +194,40 @@ def test_chunked_attention_needs_far_less_memory():
         )
     assert plain >= 2 * 2048 * 2048 * 4  # scores and weights, float32
     assert chunked * 8 <= plain, (plain, chunked)
+
+
+def test_peak_memory_leaves_out_what_a_device_keeps_after_first_use(
+    monkeypatch,
+):
+    """As cuBLAS's workspace on a GPU: allocated by the first matrix
+    product and kept. Without the warm-up the first measurement would
+    count it (chapter 8's first table did)."""
+    workspace = []
+
+    def first_matmul(device):
+        if not workspace:
+            workspace.append(torch.empty(2**20, dtype=torch.uint8))
+
+    def fn():
+        first_matmul("cpu")  # a matrix product inside fn
+        return torch.empty(1000, dtype=torch.uint8)
+
+    monkeypatch.setattr(memory, "warm_up_device", first_matmul)
+    assert peak_memory(fn, warm_up=False) == 2**20 + 1000
+    workspace.clear()
+    assert peak_memory(fn) == 1000
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_peak_memory_on_cuda_leaves_out_the_cublas_workspace():
+    torch._C._cuda_clearCublasWorkspaces()
+    torch.cuda.empty_cache()
+    a = torch.ones(64, 64, device="cuda", requires_grad=True)
+
+    def step():
+        (a @ a).sum().backward()
+
+    assert peak_memory(step, "cuda") < 2**20  # a few 16 KiB tensors
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")

@@ -1,10 +1,10 @@
-"""Tests for transformer_lite.metrics (chapter 7)."""
+"""Tests for transformer_lite.tasks.metrics (chapter 7)."""
 
 import math
 
 import pytest
 
-from transformer_lite.metrics import (
+from transformer_lite.tasks.metrics import (
     bleu,
     chrf,
     errors,

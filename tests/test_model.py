@@ -119,7 +119,10 @@ def test_bad_configurations_are_clear_errors(fields, message):
 
 
 def test_bad_tokens_are_clear_errors():
+    """Shapes and dtypes always; id ranges with the opt-in check (it
+    reads values, which the forward pass must not do by default)."""
     model = small_model()
+    model.check_ids = True
     src = torch.randint(1, 13, (2, 5))
     tgt = torch.randint(1, 11, (2, 4))
     with pytest.raises(

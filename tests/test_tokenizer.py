@@ -1,16 +1,14 @@
-"""Tests for transformer_lite.tokenizer (chapter 7): BPE round trips."""
+"""Tests for transformer_lite.tasks.tokenizer (chapter 7): BPE round trips."""
 
 import pytest
 
-from transformer_lite.data import number_pairs
-from transformer_lite.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
+from transformer_lite.tasks.numbers import number_pairs
+from transformer_lite.tasks.tokenizer import (
     SPECIAL_TOKENS,
     UNK_ID,
     SubwordTokenizer,
 )
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 
 TRAIN = [src for src, _ in number_pairs(list(range(0, 3000, 7)), "de-en")]
 UNSEEN = ["neunhundertneunundneunzigtausendeins", "siebenundachtzig"]

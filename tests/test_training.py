@@ -12,19 +12,12 @@ from transformer_lite import (
     seed_everything,
     target_mask,
 )
-from transformer_lite.checkpoint import (
-    CHECKPOINT_FORMAT,
-    load_checkpoint,
-    save_checkpoint,
-)
-from transformer_lite.data import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
+from transformer_lite.decoding import exact_match, greedy_decode
+from transformer_lite.tasks.copy_task import (
     copy_task_batches,
     copy_task_held_out,
 )
-from transformer_lite.decoding import exact_match, greedy_decode
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_lite.training import (
     Batch,
     History,
@@ -33,7 +26,14 @@ from transformer_lite.training import (
     fit,
     noam_lr,
     noam_scheduler,
+    progress,
     train_epoch,
+    train_step,
+)
+from transformer_lite.training.checkpoint import (
+    CHECKPOINT_FORMAT,
+    load_checkpoint,
+    save_checkpoint,
 )
 
 V = 11  # vocabulary of the small test models
@@ -211,9 +211,25 @@ def test_label_smoothing_rejects_bad_shapes(
         loss_fn(torch.randn(logits_shape), torch.zeros(targets_shape).long())
 
 
-def test_label_smoothing_rejects_ids_outside_vocabulary():
-    with pytest.raises(ValueError, match="outside"):
+def test_label_smoothing_reads_no_values_to_check_ids():
+    """The loss checks shapes and dtypes only (no host sync); an id
+    outside the vocabulary still fails, in the lookup itself."""
+    with pytest.raises((IndexError, RuntimeError)):
         LabelSmoothingLoss(V, PAD)(torch.randn(2, V), torch.tensor([1, V]))
+
+
+def test_training_step_checks_ids_where_the_batch_lives_on_the_cpu():
+    model = tiny_model()
+    bad = random_batch()
+    bad.tgt[0, 1] = V  # one past the vocabulary
+    bad = Batch(bad.src, bad.tgt, PAD)
+    with pytest.raises(ValueError, match=r"batch.tgt holds token ids"):
+        train_step(
+            model,
+            bad,
+            LabelSmoothingLoss(V, PAD, reduction="sum"),
+            torch.optim.SGD(model.parameters(), lr=0.1),
+        )
 
 
 # ----------------------------------------------------------------------------
@@ -315,6 +331,44 @@ def test_batch_to_moves_every_tensor():
         assert getattr(moved, name).device.type == "meta"
         assert getattr(batch, name).device.type == "cpu"
     assert moved.n_tokens == batch.n_tokens
+    assert moved.tgt_in._base is moved.tgt  # views, as in the batch
+    assert moved.tgt_out._base is moved.tgt
+
+
+def copies_to(monkeypatch, device: str) -> list[tuple]:
+    """Batch.to(device) with the copies recorded instead of made (this
+    machine may have no GPU): ('pin',) and ('to', device, non_blocking)."""
+    calls = []
+
+    def pin_memory(tensor):
+        calls.append(("pin",))
+        return tensor
+
+    def to(tensor, device, non_blocking=False):
+        calls.append(("to", torch.device(device).type, non_blocking))
+        return tensor
+
+    batch = random_batch()
+    monkeypatch.setattr(torch.Tensor, "pin_memory", pin_memory)
+    monkeypatch.setattr(torch.Tensor, "to", to)
+    moved = batch.to(device)
+    monkeypatch.undo()
+    for name in ("src", "tgt", "src_mask", "tgt_mask", "tgt_in", "tgt_out"):
+        assert torch.equal(getattr(moved, name), getattr(batch, name)), name
+    return calls
+
+
+def test_batch_to_a_gpu_copies_from_pinned_memory_without_waiting(
+    monkeypatch,
+):
+    calls = copies_to(monkeypatch, "cuda")
+    assert calls == [("pin",), ("to", "cuda", True)] * 4
+
+
+def test_batch_to_another_device_pins_nothing(monkeypatch):
+    for device in ("cpu", "meta"):
+        calls = copies_to(monkeypatch, device)
+        assert calls == [("to", device, False)] * 4
 
 
 @pytest.mark.parametrize(
@@ -346,7 +400,7 @@ def test_accumulating_two_batches_equals_one_big_batch():
     whole = Batch(src, tgt, PAD)
     halves = [Batch(src[:3], tgt[:3], PAD), Batch(src[3:], tgt[3:], PAD)]
     assert halves[0].n_tokens != halves[1].n_tokens
-    loss_fn = LabelSmoothingLoss(V, PAD)
+    loss_fn = LabelSmoothingLoss(V, PAD, reduction="sum")
     losses, models = [], []
     for batches, accumulate in (([whole], 1), (halves, 2)):
         model = tiny_model().double()
@@ -377,9 +431,9 @@ def test_optimizer_and_scheduler_step_once_per_group():
     train_epoch(
         model,
         batches,
-        LabelSmoothingLoss(V, PAD),
+        LabelSmoothingLoss(V, PAD, reduction="sum"),
         optimizer,
-        scheduler,
+        scheduler=scheduler,
         accumulate=2,
         progress=False,
         history=history,
@@ -399,7 +453,7 @@ def test_clipping_bounds_the_update(clip_norm):
     train_epoch(
         model,
         [random_batch()],
-        LabelSmoothingLoss(V, PAD),
+        LabelSmoothingLoss(V, PAD, reduction="sum"),
         optimizer,
         clip_norm=clip_norm,
         progress=False,
@@ -421,13 +475,12 @@ def test_epoch_loss_is_the_token_weighted_mean():
     evaluation loss: the mean over all real target tokens."""
     model = tiny_model()
     batches = [random_batch(rows=r, seed=r) for r in (2, 5, 3)]
-    loss_fn = LabelSmoothingLoss(V, PAD)
+    loss_fn = LabelSmoothingLoss(V, PAD, reduction="sum")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     trained = train_epoch(model, batches, loss_fn, optimizer, progress=False)
     with torch.no_grad():
         per_batch = [
-            loss_fn(model(b.src, b.tgt_in), b.tgt_out).item() * b.n_tokens
-            for b in batches
+            loss_fn(model(b.src, b.tgt_in), b.tgt_out).item() for b in batches
         ]
     expected = sum(per_batch) / sum(b.n_tokens for b in batches)
     assert trained == pytest.approx(expected, rel=1e-6)
@@ -436,7 +489,7 @@ def test_epoch_loss_is_the_token_weighted_mean():
 
 def test_batches_may_be_a_callable_but_not_a_spent_generator():
     model = tiny_model()
-    loss_fn = LabelSmoothingLoss(V, PAD)
+    loss_fn = LabelSmoothingLoss(V, PAD, reduction="sum")
     optimizer = torch.optim.Adam(model.parameters())
 
     def fresh():
@@ -461,7 +514,7 @@ def test_validation_runs_without_gradients_in_eval_mode():
     history = fit(
         model,
         train,
-        LabelSmoothingLoss(V, PAD),
+        LabelSmoothingLoss(V, PAD, reduction="sum"),
         torch.optim.Adam(model.parameters()),
         epochs=2,
         val_batches=val,
@@ -479,7 +532,7 @@ def test_early_stopping_restores_the_best_weights():
     src = random_tokens(8, 7, seed=12, min_len=7)
     train = [Batch(src, torch.full((8, 5), 5), PAD)]
     val = [Batch(src, torch.full((8, 5), 6), PAD)]
-    loss_fn = LabelSmoothingLoss(V, PAD)
+    loss_fn = LabelSmoothingLoss(V, PAD, reduction="sum")
 
     def run(epochs, patience):
         model = tiny_model()
@@ -510,23 +563,47 @@ def test_fit_rejects_patience_without_validation():
         fit(
             model,
             [random_batch()],
-            LabelSmoothingLoss(V, PAD),
+            LabelSmoothingLoss(V, PAD, reduction="sum"),
             torch.optim.Adam(model.parameters()),
             patience=2,
         )
 
 
-def test_progress_bar_shows_only_when_asked(capsys):
+def test_progress_bar_shows_only_when_asked_and_watched(capsys, monkeypatch):
+    """A bar only where a person watches: never in a log (carriage
+    returns), even when asked for."""
     model = tiny_model()
     args = (
         [random_batch()],
-        LabelSmoothingLoss(V, PAD),
+        LabelSmoothingLoss(V, PAD, reduction="sum"),
         torch.optim.Adam(model.parameters()),
     )
     train_epoch(model, *args, progress=False)
     assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "watched", lambda: False)
+    train_epoch(model, *args, progress=True)
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(progress, "watched", lambda: True)
     train_epoch(model, *args, progress=True)
     assert "train" in capsys.readouterr().err
+
+
+def test_not_watched_when_stderr_is_a_file(monkeypatch, tmp_path):
+    with open(tmp_path / "log", "w") as log:
+        monkeypatch.setattr("sys.stderr", log)
+        assert not progress.watched()
+
+
+def test_sum_loss_is_required():
+    """A mean loss would be divided by the token count twice."""
+    model = tiny_model()
+    with pytest.raises(ValueError, match="reduction='sum'"):
+        train_epoch(
+            model,
+            [random_batch()],
+            LabelSmoothingLoss(V, PAD),
+            torch.optim.Adam(model.parameters()),
+        )
 
 
 def test_non_finite_loss_stops_training():
@@ -550,9 +627,9 @@ def _train(model, epochs, optimizer, scheduler):
     fit(
         model,
         batches,
-        LabelSmoothingLoss(V, PAD),
+        LabelSmoothingLoss(V, PAD, reduction="sum"),
         optimizer,
-        scheduler,
+        scheduler=scheduler,
         epochs=epochs,
         progress=False,
     )
@@ -721,10 +798,17 @@ def test_small_model_learns_the_copy_task(one_thread):
     )
     scheduler = noam_scheduler(optimizer, d_model=64, warmup=50, factor=0.5)
     train = copy_task_batches(COPY_STEPS, 64, COPY_LEN, COPY_VOCAB, 1)
-    loss_fn = LabelSmoothingLoss(COPY_VOCAB, PAD_ID, smoothing=0.1)
-    train_epoch(model, train, loss_fn, optimizer, scheduler, progress=False)
+    loss_fn = LabelSmoothingLoss(COPY_VOCAB, PAD_ID, 0.1, reduction="sum")
+    train_epoch(
+        model, train, loss_fn, optimizer, scheduler=scheduler, progress=False
+    )
     held_out = copy_task_held_out(500, COPY_LEN, COPY_VOCAB)
     decoded = greedy_decode(
-        model, held_out.src, held_out.src_mask, COPY_LEN + 2, BOS_ID, EOS_ID
+        model,
+        held_out.src,
+        src_mask=held_out.src_mask,
+        max_len=COPY_LEN + 2,
+        bos_id=BOS_ID,
+        eos_id=EOS_ID,
     )
     assert exact_match(decoded, held_out.tgt, PAD_ID).all()

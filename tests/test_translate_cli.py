@@ -7,13 +7,15 @@ import sys
 import pytest
 import torch
 
-from transformer_lite.translate import (
+from transformer_lite.device import module_device
+from transformer_lite.tasks import translate as translate_cli
+from transformer_lite.tasks.trainer import (
     TranslateConfig,
     default_model_dir,
-    main,
     train,
 )
-from transformer_lite.translator import Translator
+from transformer_lite.tasks.translate import main
+from transformer_lite.tasks.translator import Translator
 
 TINY = [
     "--n-train", "200", "--n-valid", "20", "--n-test", "20",
@@ -21,6 +23,8 @@ TINY = [
     "--d-model", "16", "--d-ff", "32", "--n-layers", "1", "--n-heads", "2",
     "--batch-size", "32", "--max-len", "40", "--quiet",
 ]  # fmt: skip
+
+META = torch.device("meta")  # a device that is not the CPU; holds no data
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +57,7 @@ def test_translate_prints_one_line_per_text(model_dir, capsys):
 
 def test_module_runs_as_a_program(model_dir):
     done = subprocess.run(
-        [sys.executable, "-m", "transformer_lite.translate",
+        [sys.executable, "-m", "transformer_lite.tasks.translate",
          "--model", str(model_dir / "de-en.pt"), "--beam-size", "1",
          "vierhunderteinundzwanzig"],
         capture_output=True, text=True, timeout=120,
@@ -105,7 +109,7 @@ def test_train_is_reproducible(tmp_path):
 def test_cli_trains_on_digit_balanced_numbers(tmp_path, monkeypatch):
     """The command line trains as chapter 7 does: short numbers repeated
     (balance_digits), tokenizers learnt on the distinct numbers."""
-    import transformer_lite.translate as translate
+    import transformer_lite.tasks.translate as translate
 
     seen = {}
 
@@ -122,3 +126,19 @@ def test_cli_trains_on_digit_balanced_numbers(tmp_path, monkeypatch):
     assert sum(t in one_digit for t in english) >= 0.15 * 200  # ~ 0.2 * 200
     assert len(english) > 200  # the repeats come on top of the split
     assert seen["tokenizers"] is not None
+
+
+def test_the_cli_translates_on_the_default_device(model_dir, monkeypatch):
+    """Checkpoints are averaged and loaded on the CPU; the model then goes
+    to default_device() (here a stand-in device that records it)."""
+    devices = []
+
+    def translate(self, texts, *args, **kwargs):
+        devices.append(module_device(self.model))
+        return [""] * len(texts)
+
+    monkeypatch.setattr(translate_cli, "default_device", lambda: META)
+    monkeypatch.setattr(Translator, "translate", translate)
+    assert main(["--model-dir", str(model_dir), "einundzwanzig"]) == 0
+    assert main(["train", "--model-dir", str(model_dir), *TINY]) == 0
+    assert devices == [META, META]

@@ -17,13 +17,26 @@ V     vocabulary size
 ====  =============================================
 
 Mask convention, everywhere: a boolean tensor, **True = may attend**.
+
+The modules at the top of the package are the core, the Transformer that
+the book explains. Above it, each in a subpackage and each importing only
+from those below it: :mod:`transformer_lite.training` (chapters 6-8),
+:mod:`transformer_lite.tasks` (chapters 6-7) and
+:mod:`transformer_lite.bench` (chapter 8).
 """
 
 from transformer_lite.attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,
+    set_fused_attention,
 )
-from transformer_lite.device import default_device, seed_everything
+from transformer_lite.chunked import chunked_attention
+from transformer_lite.device import (
+    default_device,
+    evaluating,
+    module_device,
+    seed_everything,
+)
 from transformer_lite.layers import (
     Decoder,
     DecoderLayer,
@@ -38,10 +51,14 @@ from transformer_lite.positional import (
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
     "Decoder",
     "DecoderLayer",
     "Encoder",
@@ -53,11 +70,15 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "causal_mask",
+    "chunked_attention",
     "default_device",
+    "evaluating",
     "make_model",
+    "module_device",
     "padding_mask",
     "scaled_dot_product_attention",
     "seed_everything",
+    "set_fused_attention",
     "sinusoidal_table",
     "target_mask",
 ]

@@ -15,9 +15,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lite.cache import KVCache
-from transformer_lite.masks import check_mask
+from transformer_lite.masks import causal_mask, check_mask
 
-__all__ = ["MultiHeadAttention", "scaled_dot_product_attention"]
+__all__ = [
+    "MultiHeadAttention",
+    "scaled_dot_product_attention",
+    "set_fused_attention",
+]
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -175,6 +179,8 @@ class MultiHeadAttention(nn.Module):
         value: Tensor,
         mask: Tensor | None = None,
         cache: KVCache | None = None,
+        *,
+        is_causal: bool = False,
     ) -> Tensor:
         """Attend from ``query`` to ``key``/``value``.
 
@@ -182,6 +188,11 @@ class MultiHeadAttention(nn.Module):
         appends the new keys and values and attends over all of them; a
         static (cross-attention) cache projects ``key``/``value`` on the
         first call only and reuses them afterwards.
+
+        ``is_causal``: query i may also attend only to keys 0..i (Lq = Lk),
+        on top of ``mask`` if one is given. With ``fused`` and no other
+        mask, the fused kernel is told so instead of being given a mask,
+        which lets a GPU run FlashAttention.
         """
         self._check_inputs(query, key, value)
         q = self.split_heads(self.w_q(query))  # (B, H, Lq, D)
@@ -197,9 +208,18 @@ class MultiHeadAttention(nn.Module):
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): heads share
             check_mask(mask, torch.Size((B, self.h, Lq, k.size(2))))
+        if is_causal and Lq != k.size(2):
+            raise ValueError(
+                f"is_causal needs as many queries as keys, got Lq={Lq} "
+                f"and Lk={k.size(2)}"
+            )
         if self.fused and not self.keep_weights:
-            x = self._fused_attention(q, k, v, mask)  # (B, H, Lq, D)
+            # (B, H, Lq, D), as the plain path's output below
+            x = self._fused_attention(q, k, v, mask, is_causal)
         else:
+            if is_causal:
+                future = causal_mask(Lq, q.device)  # (1, Lq, Lk)
+                mask = future if mask is None else mask & future
             dropout = self.dropout if self.training else None
             x, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
             if self.keep_weights:
@@ -207,14 +227,40 @@ class MultiHeadAttention(nn.Module):
         return self.w_o(self.merge_heads(x))  # (B, Lq, C)
 
     def _fused_attention(
-        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        mask: Tensor | None,
+        is_causal: bool = False,
     ) -> Tensor:
-        """PyTorch's fused kernel, with the same fully-masked-row rule."""
+        """PyTorch's fused kernel, with the same fully-masked-row rule.
+
+        No mask at all (none, or causal alone, given as ``is_causal``)
+        lets a GPU choose FlashAttention, which takes no mask tensor."""
         p = self.dropout_p if self.training else 0.0
+        if mask is None:
+            return F.scaled_dot_product_attention(
+                q, k, v, dropout_p=p, is_causal=is_causal
+            )
+        if is_causal:
+            future = causal_mask(q.size(2), q.device)  # (1, Lq, Lk)
+            mask = mask & future  # (B, H or 1, Lq, Lk)
+        # A query row with no allowed key: the kernel sees every key for it
+        # (some CUDA kernels give NaN for an empty row, in the backward pass
+        # too), and its output is then zeroed, as in the plain path.
+        empty = ~mask.any(dim=-1, keepdim=True)  # (B, H or 1, Lq, 1)
         x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=p
+            q, k, v, attn_mask=mask | empty, dropout_p=p
         )
-        if mask is not None:
-            # A query row with no allowed key: zeros, as in the plain path.
-            x = x.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-        return x
+        return x.masked_fill(empty, 0.0)
+
+
+def set_fused_attention(model: nn.Module, fused: bool = True) -> int:
+    """Switch every :class:`~transformer_lite.attention.MultiHeadAttention`
+    in ``model`` to PyTorch's fused kernel (``fused=True``) or to the
+    hand-written attention; returns how many modules were switched."""
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for module in modules:
+        module.fused = fused
+    return len(modules)

@@ -1,12 +1,13 @@
 """Decoding: from a trained model's next-token scores to whole sequences
-(greedy search in chapter 6; with the KV cache, ``use_cache=True``, in
-chapter 8; beam search comes later).
+(greedy search in chapter 6, beam search in chapter 7, the KV cache,
+``use_cache=True``, in chapter 8).
 """
 
 import torch
 from torch import Tensor, nn
 
 from transformer_lite.cache import DecoderCache
+from transformer_lite.device import evaluating, module_device
 from transformer_lite.masks import padding_mask
 
 __all__ = [
@@ -96,10 +97,11 @@ def _cached_next_token_logits(
 def greedy_decode(
     model: nn.Module,
     src: Tensor,
-    src_mask: Tensor | None,
+    *,
     max_len: int,
     bos_id: int,
     eos_id: int | None = None,
+    src_mask: Tensor | None = None,
     use_cache: bool = False,
 ) -> Tensor:
     """Decode by always taking the most probable next token (chapter 6).
@@ -128,37 +130,33 @@ def greedy_decode(
         src: (B, S); src_mask: (B, 1, S); output: (B, L), L <= max_len.
     """
     _check_inputs(model, src, src_mask, max_len, bos_id, eos_id)
-    device = next(model.parameters()).device
+    device = module_device(model)
     src = src.to(device)
     if src_mask is None:
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, S)
     src_mask = src_mask.to(device)
     B = src.size(0)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            memory = model.encode(src, src_mask)  # (B, S, C)
-            ys = torch.full((B, 1), bos_id, device=device)  # (B, 1)
-            finished = torch.zeros(B, dtype=torch.bool, device=device)
-            cache = model.new_cache() if use_cache else None
-            for _ in range(max_len - 1):
-                if cache is None:
-                    logits = _next_token_logits(model, memory, src_mask, ys)
-                else:
-                    logits = _cached_next_token_logits(
-                        model, memory, src_mask, ys, cache
-                    )
-                next_token = logits.argmax(dim=-1)  # (B,)
-                if eos_id is not None:
-                    pad_id = model.config.pad_id
-                    next_token = next_token.masked_fill(finished, pad_id)
-                    finished |= next_token == eos_id
-                ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)
-                if eos_id is not None and bool(finished.all()):
-                    break
-    finally:
-        model.train(was_training)
+    with evaluating(model):
+        memory = model.encode(src, src_mask)  # (B, S, C)
+        ys = torch.full((B, 1), bos_id, device=device)  # (B, 1)
+        finished = torch.zeros(B, dtype=torch.bool, device=device)
+        cache = model.new_cache() if use_cache else None
+        for _ in range(max_len - 1):
+            if cache is None:
+                logits = _next_token_logits(model, memory, src_mask, ys)
+            else:
+                logits = _cached_next_token_logits(
+                    model, memory, src_mask, ys, cache
+                )
+            next_token = logits.argmax(dim=-1)  # (B,)
+            if eos_id is not None:
+                pad_id = model.config.pad_id
+                next_token = next_token.masked_fill(finished, pad_id)
+                finished |= next_token == eos_id
+            ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)
+            # bool() waits for the device: one sync per step.
+            if eos_id is not None and bool(finished.all()):
+                break
     return ys  # (B, L)
 
 
@@ -203,12 +201,13 @@ def gnmt_length_penalty(length: Tensor, alpha: float) -> Tensor:
 def beam_search(
     model: nn.Module,
     src: Tensor,
-    src_mask: Tensor | None,
+    *,
     max_len: int,
     bos_id: int,
     eos_id: int,
     beam_size: int = 4,
     length_penalty: float = 0.6,
+    src_mask: Tensor | None = None,
     return_scores: bool = False,
 ) -> Tensor | tuple[Tensor, Tensor]:
     """Keep the ``beam_size`` best partial outputs of every source, not
@@ -245,27 +244,22 @@ def beam_search(
         raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
     if not length_penalty >= 0:
         raise ValueError(f"length_penalty must be >= 0: {length_penalty}")
-    device = next(model.parameters()).device
+    device = module_device(model)
     src = src.to(device)
     if src_mask is None:
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, S)
     src_mask = src_mask.to(device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            ys, scores = _beam_search(
-                model,
-                src,
-                src_mask,
-                max_len,
-                bos_id,
-                eos_id,
-                beam_size,
-                length_penalty,
-            )
-    finally:
-        model.train(was_training)
+    with evaluating(model):
+        ys, scores = _beam_search(
+            model,
+            src,
+            src_mask,
+            max_len,
+            bos_id,
+            eos_id,
+            beam_size,
+            length_penalty,
+        )
     return (ys, scores) if return_scores else ys
 
 

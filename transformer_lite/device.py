@@ -1,11 +1,21 @@
 """Where tensors live and how runs are made repeatable (all chapters)."""
 
+import contextlib
 import os
 import random
+from collections.abc import Iterator
 
 import torch
+from torch import nn
 
-__all__ = ["book_seed", "default_device", "seed_everything"]
+__all__ = [
+    "book_seed",
+    "default_device",
+    "evaluating",
+    "module_device",
+    "no_tf32",
+    "seed_everything",
+]
 
 
 def default_device() -> torch.device:
@@ -64,3 +74,47 @@ def seed_everything(seed: int) -> torch.Generator:
         np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
     return torch.Generator().manual_seed(seed)
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of ``module``'s parameters (the first one's; a module
+    split across devices is not supported), or the CPU if it has none."""
+    for p in module.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def evaluating(module: nn.Module) -> Iterator[nn.Module]:
+    """Run a block in eval mode (no dropout) under ``torch.no_grad()``,
+    then put ``module`` back in the mode it was in."""
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield module
+    finally:
+        module.train(was_training)
+
+
+@contextlib.contextmanager
+def no_tf32() -> Iterator[None]:
+    """Compute float32 matrix products and convolutions in full float32
+    inside the block, then restore the previous settings.
+
+    On NVIDIA GPUs since Ampere, cuDNN runs float32 convolutions in TF32
+    by default (inputs rounded to 10 bits of fraction: errors near 1e-3),
+    and cuBLAS does so for matrix products where
+    ``TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1`` is set (NVIDIA's container
+    images set it). A comparison at float32 tolerances needs neither. On
+    other devices the block runs unchanged.
+    """
+    matmul = torch.backends.cuda.matmul.allow_tf32
+    cudnn = torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = matmul
+        torch.backends.cudnn.allow_tf32 = cudnn

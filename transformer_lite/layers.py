@@ -155,7 +155,33 @@ class DecoderLayer(nn.Module):
         return x
 
 
-class Encoder(nn.Module):
+class _Stack(nn.Module):
+    """``n_layers`` copies of ``layer_type`` and, in pre-LN, a final
+    LayerNorm: what :class:`Encoder` and :class:`Decoder` share."""
+
+    layer_type: type[nn.Module]
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            self.layer_type(d_model, n_heads, d_ff, dropout, norm_first)
+            for _ in range(n_layers)
+        )
+        self.norm = (
+            nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if norm_first else None
+        )
+        self.checkpointing = False
+
+
+class Encoder(_Stack):
     """A stack of ``n_layers`` encoder layers.
 
     With ``norm_first=True`` a final LayerNorm normalises the output (pre-LN
@@ -169,24 +195,7 @@ class Encoder(nn.Module):
         x: (B, S, C); mask: (B, 1, S); output: (B, S, C).
     """
 
-    def __init__(
-        self,
-        n_layers: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-    ) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(
-            EncoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
-            for _ in range(n_layers)
-        )
-        self.norm = (
-            nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if norm_first else None
-        )
-        self.checkpointing = False
+    layer_type = EncoderLayer
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
@@ -197,7 +206,7 @@ class Encoder(nn.Module):
         return x if self.norm is None else self.norm(x)
 
 
-class Decoder(nn.Module):
+class Decoder(_Stack):
     """A stack of ``n_layers`` decoder layers (see :class:`Encoder`).
 
     Shape:
@@ -205,24 +214,7 @@ class Decoder(nn.Module):
         tgt_mask: (B, T, T); output: (B, T, C).
     """
 
-    def __init__(
-        self,
-        n_layers: int,
-        d_model: int,
-        n_heads: int,
-        d_ff: int,
-        dropout: float = 0.1,
-        norm_first: bool = False,
-    ) -> None:
-        super().__init__()
-        self.layers = nn.ModuleList(
-            DecoderLayer(d_model, n_heads, d_ff, dropout, norm_first)
-            for _ in range(n_layers)
-        )
-        self.norm = (
-            nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if norm_first else None
-        )
-        self.checkpointing = False
+    layer_type = DecoderLayer
 
     def forward(
         self,

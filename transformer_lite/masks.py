@@ -10,6 +10,8 @@ and ``nn.Transformer`` use the opposite (True = masked out);
 import torch
 from torch import Tensor
 
+from transformer_lite.tokens import check_token_tensor
+
 __all__ = [
     "causal_mask",
     "check_mask",
@@ -18,18 +20,6 @@ __all__ = [
     "target_mask",
     "to_torch_attn_mask",
 ]
-
-
-def _check_tokens(tokens: Tensor, name: str) -> None:
-    if tokens.dim() != 2:
-        raise ValueError(
-            f"{name} must be a (B, L) tensor of token ids, "
-            f"got shape {tuple(tokens.shape)}"
-        )
-    if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
-        raise ValueError(
-            f"{name} must hold integer token ids, got dtype {tokens.dtype}"
-        )
 
 
 def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
@@ -75,7 +65,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
     Shape:
         tokens: (B, S); output: (B, 1, S), which broadcasts over queries.
     """
-    _check_tokens(tokens, "tokens")
+    check_token_tensor(tokens, "tokens")
     return (tokens != pad_id).unsqueeze(1)  # (B, 1, S)
 
 
@@ -85,7 +75,7 @@ def target_mask(tgt: Tensor, pad_id: int) -> Tensor:
     Shape:
         tgt: (B, T); output: (B, T, T).
     """
-    _check_tokens(tgt, "tgt")
+    check_token_tensor(tgt, "tgt")
     causal = causal_mask(tgt.size(1), device=tgt.device)  # (1, T, T)
     return padding_mask(tgt, pad_id) & causal  # (B, T, T)
 

@@ -14,6 +14,7 @@ from transformer_lite.cache import DecoderCache
 from transformer_lite.layers import Decoder, Encoder
 from transformer_lite.masks import padding_mask, target_mask
 from transformer_lite.positional import SinusoidalPositionalEncoding
+from transformer_lite.tokens import check_token_ids, check_token_tensor
 
 __all__ = ["Transformer", "TransformerConfig", "make_model"]
 
@@ -93,6 +94,7 @@ class Transformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = c = config
+        self.check_ids = False  # True: check token ids on every call
         self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
         self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
         self.positional = SinusoidalPositionalEncoding(
@@ -124,19 +126,15 @@ class Transformer(nn.Module):
                 nn.init.zeros_(p)
 
     def _check_tokens(self, tokens: Tensor, vocab: int, name: str) -> None:
-        if tokens.dim() != 2 or tokens.dtype.is_floating_point:
-            raise ValueError(
-                f"{name} must be a (B, L) tensor of integer token ids, got "
-                f"shape {tuple(tokens.shape)} and dtype {tokens.dtype}"
-            )
+        """Shape and dtype always; the ids' range only when
+        ``check_ids`` is set (it reads values: a sync point on a GPU,
+        and a break in a compiled graph). Batches check their ids where
+        they are built, on the CPU."""
+        check_token_tensor(tokens, name)
         if tokens.numel() == 0:
             raise ValueError(f"{name} is empty: shape {tuple(tokens.shape)}")
-        low, high = int(tokens.min()), int(tokens.max())
-        if low < 0 or high >= vocab:
-            raise ValueError(
-                f"{name} holds token ids in [{low}, {high}], outside the "
-                f"vocabulary [0, {vocab - 1}]"
-            )
+        if self.check_ids:
+            check_token_ids(tokens, vocab, name)
 
     def embed(
         self, tokens: Tensor, embedding: nn.Embedding, offset: int = 0

@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from transformer_lite.extras import require
+
 __all__ = [
     "attention_chart",
     "attention_explorer",
@@ -47,8 +49,8 @@ def heatmap(
     Shape:
         matrix: (rows, columns).
     """
-    import altair as alt
-    import pandas as pd
+    alt = require("altair", "book")
+    pd = require("pandas", "book")
 
     if matrix.dim() != 2:
         raise ValueError(f"matrix must be 2-D, got {tuple(matrix.shape)}")
@@ -144,8 +146,8 @@ def heads_chart(
     Shape:
         weights: (H, Lq, Lk).
     """
-    import altair as alt
-    import pandas as pd
+    alt = require("altair", "book")
+    pd = require("pandas", "book")
 
     if weights.dim() != 3:
         raise ValueError(
@@ -298,8 +300,8 @@ def attention_explorer(
         weights: "encoder" (B, H, S, S); "decoder" (B, H, T, T);
         "cross" (B, H, T, S), one per layer; S >= S_b, T >= T_b.
     """
-    import altair as alt
-    import pandas as pd
+    alt = require("altair", "book")
+    pd = require("pandas", "book")
 
     names = list(names or ["".join(s) for s in sources])
     predicted = targets if predicted is None else predicted

@@ -12,6 +12,10 @@ so that scores compare with published ones.
 
 from collections.abc import Sequence
 
+from transformer_lite.extras import require
+
+sacrebleu = require("sacrebleu", "translate")
+
 __all__ = ["bleu", "chrf", "errors", "exact_match_rate", "scores"]
 
 
@@ -38,16 +42,12 @@ def exact_match_rate(
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus BLEU, 0 to 100, one reference per sentence (sacrebleu)."""
-    import sacrebleu
-
     _check(hypotheses, references)
     return sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score
 
 
 def chrf(hypotheses: Sequence[str], references: Sequence[str]) -> float:
     """Corpus chrF, 0 to 100, one reference per sentence (sacrebleu)."""
-    import sacrebleu
-
     _check(hypotheses, references)
     return sacrebleu.corpus_chrf(list(hypotheses), [list(references)]).score
 

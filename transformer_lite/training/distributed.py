@@ -10,28 +10,25 @@ averages the gradients over the processes during ``backward``, so that
 every process takes the same optimizer step.
 
 The loss needs care: a batch's loss is a mean over its non-pad target
-tokens, and the shares hold different numbers of them. Each process
-therefore sums the loss over its own tokens and divides by the token count
-of the whole global batch; times N, because DDP averages (divides by N)
-where this needs a sum. The step then equals one process's step on the
-global batch (:func:`train_step`; ``tests/test_distributed.py`` checks it).
+tokens, and the shares hold different numbers of them. The one training
+step (:func:`~transformer_lite.training.step.train_step`) sums each
+share's loss and divides by the token count of the whole batch, so that
+its step equals one process's step on the whole batch
+(``tests/test_distributed.py`` checks it).
 """
 
 import os
+import warnings
 
 import torch
 import torch.distributed as dist
-from torch import nn
-from torch.optim import Optimizer
-from torch.optim.lr_scheduler import LRScheduler
 
-from transformer_lite.training import Batch
+from transformer_lite.training.batch import Batch
 
 __all__ = [
     "init_distributed",
     "is_main_process",
     "shard",
-    "train_step",
     "world",
 ]
 
@@ -59,10 +56,35 @@ def init_distributed(backend: str | None = None) -> torch.device:
 
     Returns:
         ``cuda:LOCAL_RANK`` with CUDA, else the CPU. A single process
-        (no ``WORLD_SIZE`` > 1 in the environment) joins nothing.
+        (no ``WORLD_SIZE`` > 1 in the environment) joins nothing. When
+        this machine runs more processes (``LOCAL_WORLD_SIZE``) than it
+        has GPUs, every one of them trains on the CPU with gloo, with a
+        warning: NCCL needs a GPU of its own for each process.
+
+    Raises:
+        ValueError: ``backend="nccl"`` with fewer GPUs than processes.
     """
     cuda = torch.cuda.is_available()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if cuda and max(processes, local_rank + 1) > torch.cuda.device_count():
+        gpus = torch.cuda.device_count()
+        message = (
+            f"{processes} processes on this machine but {gpus} CUDA "
+            f"device(s): NCCL needs one GPU per process"
+        )
+        if backend == "nccl":
+            raise ValueError(
+                f"{message}; start torchrun with --nproc_per_node={gpus}"
+            )
+        if local_rank == 0:
+            warnings.warn(
+                f"{message}, so every process trains on the CPU (gloo); "
+                f"--nproc_per_node={gpus} trains on the GPU",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        cuda, backend = False, "gloo"
     device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
@@ -88,48 +110,3 @@ def shard(batch: Batch, rank: int, world_size: int) -> Batch:
     src = batch.src.tensor_split(world_size)[rank]  # (B / N, S)
     tgt = batch.tgt.tensor_split(world_size)[rank]  # (B / N, T + 1)
     return Batch(src, tgt, batch.pad_id)
-
-
-def train_step(
-    model: nn.Module,
-    batch: Batch,
-    loss_fn: nn.Module,
-    optimizer: Optimizer,
-    scheduler: LRScheduler | None = None,
-    clip_norm: float | None = 1.0,
-) -> float:
-    """One optimizer step on a global batch, alone or data-parallel.
-
-    With a process group (``model`` wrapped in
-    ``DistributedDataParallel``), this process uses its :func:`shard` of
-    ``batch``; the gradients are then those of the mean loss over all the
-    batch's non-pad target tokens, as for one process on the whole batch.
-
-    Args:
-        loss_fn: returns the **sum** over non-pad tokens, e.g.
-            ``LabelSmoothingLoss(..., reduction="sum")``.
-        clip_norm: clip the gradient norm to this; None: no clipping.
-
-    Returns:
-        the batch's mean loss per non-pad target token (all processes).
-    """
-    rank, world_size = world()
-    device = next(model.parameters()).device
-    n_tokens = batch.n_tokens  # of the global batch: known on every rank
-    if n_tokens == 0:
-        raise ValueError("the batch holds no target tokens")
-    local = shard(batch, rank, world_size) if world_size > 1 else batch
-    local = local.to(device)
-    logits = model(local.src, local.tgt_in, local.src_mask, local.tgt_mask)
-    loss_sum = loss_fn(logits, local.tgt_out)  # logits: (B / N, T, V)
-    optimizer.zero_grad(set_to_none=True)
-    (loss_sum * world_size / n_tokens).backward()  # DDP: mean over ranks
-    if clip_norm is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-    optimizer.step()
-    if scheduler is not None:
-        scheduler.step()
-    total = loss_sum.detach()
-    if world_size > 1:
-        dist.all_reduce(total)  # sum over ranks
-    return float(total) / n_tokens

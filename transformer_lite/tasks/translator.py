@@ -8,11 +8,14 @@ both tokenizers in one checkpoint file.
 import os
 from collections.abc import Sequence
 
-from transformer_lite.checkpoint import load_checkpoint, save_checkpoint
 from transformer_lite.decoding import beam_search
 from transformer_lite.model import Transformer
-from transformer_lite.tokenizer import BOS_ID, EOS_ID
-from transformer_lite.tokenizer import SubwordTokenizer as Tokenizer
+from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
+from transformer_lite.tokens import BOS_ID, EOS_ID
+from transformer_lite.training.checkpoint import (
+    load_checkpoint,
+    save_checkpoint,
+)
 
 __all__ = ["Translator"]
 
@@ -55,12 +58,11 @@ class Translator:
             ys = beam_search(
                 self.model,
                 src,
-                None,
-                min(2 * src.size(1) + 10, self.model.config.max_len),
-                BOS_ID,
-                EOS_ID,
-                beam_size,
-                length_penalty,
+                max_len=min(2 * src.size(1) + 10, self.model.config.max_len),
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
             )  # (B, L)
             texts_out = self.tgt_tokenizer.decode_batch(ys)
             for i, text in zip(chunk, texts_out, strict=True):
@@ -68,8 +70,9 @@ class Translator:
         return out
 
     def save(self, path: str | os.PathLike, **extra: object) -> None:
-        """A checkpoint (:func:`~transformer_lite.checkpoint.save_checkpoint`)
-        holding the tokenizers too; loads with ``weights_only=True``."""
+        """A checkpoint as ``save_checkpoint`` writes it
+        (:mod:`transformer_lite.training.checkpoint`), holding the
+        tokenizers too; loads with ``weights_only=True``."""
         save_checkpoint(
             path,
             self.model,

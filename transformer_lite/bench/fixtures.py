@@ -12,17 +12,16 @@ from torch import Tensor, nn
 from transformer_lite.masks import causal_mask, to_torch_attn_mask
 from transformer_lite.model import Transformer, make_model
 from transformer_lite.positional import SinusoidalPositionalEncoding
+from transformer_lite.tokens import PAD_ID
 
 __all__ = [
-    "PAD_ID",
+    "GPU",
     "QUICK",
     "Sizes",
     "TorchReference",
     "our_model",
     "random_batch",
 ]
-
-PAD_ID = 0  # padding, in both models' masks and ignored by the loss
 
 
 @dataclass
@@ -44,6 +43,7 @@ class Sizes:
     head_size: int = 64  # D of the attention-only measurement
     chunk_size: int = 512  # keys per chunk of chunked attention
     query_chunk_size: int = 1024  # queries per block of chunked attention
+    matmul_size: int = 2048  # n of the n x n products that measure the peak
 
 
 QUICK = Sizes(  # tiny, for the smoke test: seconds, not minutes
@@ -60,6 +60,25 @@ QUICK = Sizes(  # tiny, for the smoke test: seconds, not minutes
     head_size=16,
     chunk_size=32,
     query_chunk_size=48,
+    matmul_size=512,
+)
+
+GPU = Sizes(  # chosen on CUDA: large enough that the kernels, not their
+    vocab=8192,  # launches, take the time
+    d_model=1024,
+    n_layers=4,
+    d_ff=4096,
+    n_heads=16,
+    batch=32,
+    length=256,
+    decode_batch=64,
+    decode_tokens=(64, 256),
+    attention_lengths=(1024, 2048, 4096, 8192, 16384),
+    attention_heads=4,
+    head_size=64,
+    chunk_size=1024,
+    query_chunk_size=2048,
+    matmul_size=8192,
 )
 
 
@@ -127,7 +146,15 @@ class TorchReference(nn.Module):
         x = embedding(tokens) * math.sqrt(self.d_model)  # (B, L, C)
         return self.positional(x)
 
-    def forward(self, src: Tensor, tgt: Tensor) -> Tensor:
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        """Our model's signature; the masks are built from padding here
+        (as ours builds them), so the ones passed in are not used."""
         # nn.Transformer's masks say True = masked out: the opposite of ours.
         src_pad = src == PAD_ID  # (B, S)
         tgt_pad = tgt == PAD_ID  # (B, T)
@@ -136,6 +163,7 @@ class TorchReference(nn.Module):
             self.embed(src, self.src_embed),
             self.embed(tgt, self.tgt_embed),
             tgt_mask=future[0],  # (T, T)
+            tgt_is_causal=True,  # else torch reads the mask to find out
             src_key_padding_mask=src_pad,
             tgt_key_padding_mask=tgt_pad,
             memory_key_padding_mask=src_pad,

@@ -1,4 +1,4 @@
-"""Memory-efficient attention, and a meter for peak memory (chapter 8).
+"""Memory-efficient attention: the online softmax (chapter 8).
 
 Plain attention builds the whole (Lq, Lk) matrix of scores, so its memory
 grows with the square of the length: at L = 8192 one float32 matrix per
@@ -7,24 +7,19 @@ keys a chunk at a time and keeps, for every query, a running maximum, a
 running sum of exponentials and a running weighted sum of values: the
 online softmax (Milakov and Gimelshein, 2018) that FlashAttention (Dao et
 al., 2022) runs inside one GPU kernel. Here it is plain PyTorch, one
-operation per line. :func:`peak_memory` measures what it saves.
+operation per line; ``transformer_lite.bench`` measures what it saves.
 """
 
-import contextlib
 import math
-import os
-import sys
-from collections.abc import Callable, Iterator
 
 import torch
-from torch import Tensor, nn
-from torch.profiler import ProfilerActivity, profile
+from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from transformer_lite.attention import MultiHeadAttention, _check_qkv
+from transformer_lite.attention import _check_qkv
 from transformer_lite.masks import check_mask
 
-__all__ = ["chunked_attention", "peak_memory", "set_fused_attention"]
+__all__ = ["chunked_attention"]
 
 
 def chunked_attention(
@@ -156,79 +151,3 @@ def _attend_block(
     # exp(0) = 1); ell = 0 means no allowed key, and then o = 0 too.
     ell = ell.masked_fill(ell == 0, 1.0)
     return (o / ell).to(value.dtype)  # (..., Lq, Dv)
-
-
-@contextlib.contextmanager
-def _silent_stderr() -> Iterator[None]:
-    """Send file descriptor 2 to the null device for a moment: C++ code
-    writes there directly, past ``sys.stderr``."""
-    sys.stderr.flush()
-    try:
-        saved = os.dup(2)
-    except OSError:  # no descriptor 2: nothing to silence
-        yield
-        return
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 2)
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(null)
-
-
-def peak_memory(
-    fn: Callable[[], object], device: torch.device | str = "cpu"
-) -> int:
-    """Bytes in use at the peak while ``fn()`` runs, above what was
-    already allocated when it started (its result included).
-
-    On CUDA this is ``torch.cuda.max_memory_allocated``. On the CPU, the
-    PyTorch profiler records every allocation and free of tensor memory
-    (``profile_memory=True``); their running sum, in time order, is the
-    memory in use, and its maximum is the peak.
-
-    Args:
-        fn: the computation, called once with no arguments.
-        device: where ``fn`` allocates: ``"cpu"`` or a CUDA device.
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        before = torch.cuda.memory_allocated(device)
-        fn()
-        torch.cuda.synchronize(device)
-        return torch.cuda.max_memory_allocated(device) - before
-    if device.type != "cpu":
-        raise ValueError(f"peak_memory supports cpu and cuda, got {device}")
-    p = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
-    with _silent_stderr():  # the profiler's C++ logs "profiler_start"
-        p.start()
-    try:
-        fn()
-    finally:
-        with _silent_stderr():
-            p.stop()
-    events = [
-        e
-        for e in p.profiler.kineto_results.events()
-        if e.name() == "[memory]" and e.device_type().name == "CPU"
-    ]
-    events.sort(key=lambda e: e.start_ns())
-    in_use, peak = 0, 0
-    for event in events:
-        in_use += event.nbytes()  # > 0 allocation, < 0 free
-        peak = max(peak, in_use)
-    return peak
-
-
-def set_fused_attention(model: nn.Module, fused: bool = True) -> int:
-    """Switch every :class:`~transformer_lite.attention.MultiHeadAttention`
-    in ``model`` to PyTorch's fused kernel (``fused=True``) or to the
-    hand-written attention; returns how many modules were switched."""
-    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
-    for module in modules:
-        module.fused = fused
-    return len(modules)

@@ -4,8 +4,6 @@ A A A B B B, so that a machine that is busy, warm or throttled slows them
 all alike. :mod:`transformer_lite.bench` runs them and prints the tables.
 """
 
-import contextlib
-import inspect
 import statistics
 import sys
 import time
@@ -17,30 +15,33 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from transformer_lite.attention import scaled_dot_product_attention
-from transformer_lite.bench_models import (
-    PAD_ID,
+from transformer_lite.attention import (
+    scaled_dot_product_attention,
+    set_fused_attention,
+)
+from transformer_lite.bench.fixtures import (
     Sizes,
     TorchReference,
     our_model,
     random_batch,
 )
+from transformer_lite.bench.memory import peak_memory
+from transformer_lite.chunked import chunked_attention
 from transformer_lite.decoding import greedy_decode
 from transformer_lite.device import seed_everything
-from transformer_lite.efficient import (
-    chunked_attention,
-    peak_memory,
-    set_fused_attention,
-)
+from transformer_lite.tokens import BOS_ID, PAD_ID
+from transformer_lite.training.batch import Batch
+from transformer_lite.training.loss import LabelSmoothingLoss
+from transformer_lite.training.step import train_step
 
 __all__ = [
     "alternate",
+    "matmul_peak",
     "bench_attention",
     "bench_decoding",
     "bench_training",
 ]
 
-BOS_ID = 1  # the first token of every decoded sequence
 DECODING_REPEATS = 3  # the most rounds of decoding (the slowest case)
 
 
@@ -91,61 +92,97 @@ def _paired_ratio(times: list[float], base: list[float]) -> float:
     return statistics.median(a / b for a, b in zip(times, base, strict=True))
 
 
-def bench_training(s: Sizes, device: torch.device, repeats: int) -> dict:
-    """One training step of our model (plain and fused attention) and of
-    ``nn.Transformer``, identical in size, weights count and dropout."""
+def matmul_peak(device: torch.device, repeats: int, size: int) -> dict:
+    """This machine's practical limit, measured now: the best of
+    ``repeats`` products of two ``size`` x ``size`` matrices on the same
+    threads (float32 on the CPU, bfloat16 on a GPU), in FLOP/s."""
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    g = torch.Generator(device).manual_seed(3)
+    a, b = (
+        torch.randn(size, size, generator=g, device=device, dtype=dtype)
+        for _ in range(2)
+    )
+    times = alternate({"matmul": partial(torch.mm, a, b)}, repeats, device)
+    best = min(times["matmul"])
+    return {
+        "size": size,
+        "dtype": str(dtype).removeprefix("torch."),
+        "tflops": 2 * size**3 / best / 1e12,
+    }
+
+
+def _compiled(model: nn.Module) -> nn.Module:
+    """``torch.compile`` of the model's forward pass (inductor); the
+    training step around it stays eager."""
+    return torch.compile(model)
+
+
+def bench_training(
+    s: Sizes, device: torch.device, repeats: int, compile: bool = True
+) -> dict:
+    """One training step (the package's ``train_step``) of our model,
+    plain and fused attention, and of ``nn.Transformer``, identical in
+    size, parameter count and dropout; with ``compile``, also each model
+    under ``torch.compile``. The first (compiling) call is timed apart and
+    never enters the medians."""
     seed_everything(0)
     plain = our_model(s).to(device)
-    fused = our_model(s).to(device)
-    fused.load_state_dict(plain.state_dict())
-    set_fused_attention(fused, True)
-    reference = TorchReference(s).to(device)
+    models = {"ours (plain)": plain, "ours (fused)": our_model(s)}
+    models["nn.Transformer"] = TorchReference(s)
+    if compile:
+        models["ours (compiled)"] = our_model(s)
+        models["nn.Transformer (compiled)"] = TorchReference(s)
+    for name, model in models.items():
+        model.to(device)
+        same = plain if name.startswith("ours") else models["nn.Transformer"]
+        model.load_state_dict(same.state_dict())
+    set_fused_attention(models["ours (fused)"], True)
     counts = {
         name: sum(p.numel() for p in m.parameters())
-        for name, m in (("plain", plain), ("torch", reference))
+        for name, m in models.items()
     }
-    if counts["plain"] != counts["torch"]:
+    if len(set(counts.values())) != 1:
         raise AssertionError(f"parameter counts differ: {counts}")
     src, tgt = random_batch(s, s.batch, device)  # (B, S), (B, T + 1)
-    cast = (
-        torch.autocast("cuda", dtype=torch.bfloat16)
-        if device.type == "cuda"
-        else contextlib.nullcontext()
-    )
+    batch = Batch(src, tgt, PAD_ID)
+    loss_fn = LabelSmoothingLoss(s.vocab, PAD_ID, 0.1, reduction="sum")
+    amp_dtype = torch.bfloat16 if device.type == "cuda" else None
 
-    def step_of(model: nn.Module) -> Callable[[], None]:
+    def step_of(model: nn.Module) -> Callable[[], float]:
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-        model.train()
+        return partial(
+            train_step,
+            model,
+            batch,
+            loss_fn,
+            optimizer,
+            amp_dtype=amp_dtype,
+        )
 
-        def step() -> None:
-            optimizer.zero_grad(set_to_none=True)
-            with cast:
-                logits = model(src, tgt[:, :-1])  # (B, T, V)
-                loss = F.cross_entropy(
-                    logits.flatten(0, 1),  # (B * T, V)
-                    tgt[:, 1:].flatten(),  # (B * T,)
-                    ignore_index=PAD_ID,
-                )
-            loss.backward()
-            optimizer.step()
-
-        return step
-
-    steps = {
-        "ours (plain)": step_of(plain),
-        "ours (fused)": step_of(fused),
-        "nn.Transformer": step_of(reference),
-    }
-    alternate(steps, 2, device)  # warm up: allocator, optimizer state
+    steps = {}
+    compile_s = {}
+    for name, model in models.items():
+        if "compiled" in name:
+            model = _compiled(model)
+        steps[name] = step_of(model)
+        _synchronize(device)
+        start = time.perf_counter()
+        steps[name]()  # the first call compiles (when compiled)
+        _synchronize(device)
+        if "compiled" in name:
+            compile_s[name] = time.perf_counter() - start
+    alternate(steps, 1, device)  # warm up: allocator, optimizer state
     with FlopCounterMode(display=False) as counter:
         steps["ours (plain)"]()
     flops = counter.get_total_flops()
     times = alternate(steps, repeats, device, "training step")
     tokens = s.batch * 2 * s.length  # source and target tokens
     result = {
-        "parameters": counts["plain"],
+        "parameters": counts["ours (plain)"],
         "flops_per_step": flops,
-        "dtype": "bfloat16 autocast" if device.type == "cuda" else "float32",
+        "dtype": "bfloat16 autocast" if amp_dtype else "float32",
+        "compile_s": compile_s,
+        "contenders": list(steps),
     }
     for name, t in times.items():
         median = statistics.median(t)
@@ -154,17 +191,25 @@ def bench_training(s: Sizes, device: torch.device, repeats: int) -> dict:
             "tflops": flops / median / 1e12,
         }
     base = result["nn.Transformer"]["median_s"]
-    for key, name in (("plain", "ours (plain)"), ("fused", "ours (fused)")):
-        result[f"ratio_{key}"] = result[name]["median_s"] / base
-        result[f"paired_ratio_{key}"] = _paired_ratio(
+    for name in steps:
+        result[name]["ratio"] = result[name]["median_s"] / base
+        result[name]["paired_ratio"] = _paired_ratio(
             times[name], times["nn.Transformer"]
         )
+    for key, name in (("plain", "ours (plain)"), ("fused", "ours (fused)")):
+        result[f"ratio_{key}"] = result[name]["ratio"]
+        result[f"paired_ratio_{key}"] = result[name]["paired_ratio"]
     return result
 
 
-def bench_decoding(s: Sizes, device: torch.device, repeats: int) -> list:
+def bench_decoding(
+    s: Sizes, device: torch.device, repeats: int, compile: bool = True
+) -> list:
     """Greedy decoding of ``decode_batch`` sequences, every prefix decoded
-    again (``use_cache=False``) against the KV cache.
+    again (``use_cache=False``) against the KV cache, and with
+    ``compile`` the cached decoding with ``torch.compile`` of the
+    model's ``decode`` (shapes marked dynamic: the cache grows each
+    step). Compilation is timed apart, in the first call.
 
     At most ``DECODING_REPEATS`` rounds: decoding 256 tokens without the
     cache takes about ten seconds on two cores.
@@ -172,33 +217,47 @@ def bench_decoding(s: Sizes, device: torch.device, repeats: int) -> list:
     seed_everything(1)
     model = our_model(s).to(device).eval()
     src, _ = random_batch(s, s.decode_batch, device)  # (B, S)
-    has_cache = "use_cache" in inspect.signature(greedy_decode).parameters
     repeats = min(repeats, DECODING_REPEATS)
-    greedy_decode(model, src, None, 4, BOS_ID)  # warm up
+    greedy_decode(model, src, max_len=4, bos_id=BOS_ID)  # warm up
+    compiled = None
+    if compile:
+        compiled = our_model(s).to(device).eval()
+        compiled.load_state_dict(model.state_dict())
+        compiled.decode = torch.compile(compiled.decode, dynamic=True)
     rows = []
     for new_tokens in s.decode_tokens:
-        max_len = new_tokens + 1  # BOS, then the new tokens
-        # eos_id=None: no early stop, both decode exactly max_len tokens
-        decode = partial(greedy_decode, model, src, None, max_len, BOS_ID)
-        if has_cache:
-            contenders = {
-                "recompute": partial(decode, eos_id=None, use_cache=False),
-                "cached": partial(decode, eos_id=None, use_cache=True),
-            }
-        else:  # the KV cache is not there yet: measure what exists
-            contenders = {"recompute": partial(decode, eos_id=None)}
+        # BOS, then the new tokens; eos_id=None: no early stop, so every
+        # contender decodes exactly max_len tokens.
+        options = dict(max_len=new_tokens + 1, bos_id=BOS_ID)
+        contenders = {
+            "recompute": partial(greedy_decode, model, src, **options),
+            "cached": partial(
+                greedy_decode, model, src, use_cache=True, **options
+            ),
+        }
         row = {"new_tokens": new_tokens, "batch": s.decode_batch}
+        if compiled is not None:
+            contenders["compiled"] = partial(
+                greedy_decode, compiled, src, use_cache=True, **options
+            )
+            start = time.perf_counter()
+            contenders["compiled"]()  # compiles, for new shapes
+            _synchronize(device)
+            row["compile_s"] = time.perf_counter() - start
         label = f"decoding {new_tokens} tokens"
         outputs = {}
         times = alternate(contenders, repeats, device, label, outputs)
         for name, t in times.items():
             row[name] = _summary(t)
-        if has_cache:
-            row["same_tokens"] = bool(
-                torch.equal(outputs["recompute"], outputs["cached"])
-            )
-            row["speedup"] = (
-                row["recompute"]["median_s"] / row["cached"]["median_s"]
+        row["same_tokens"] = all(
+            torch.equal(outputs["recompute"], out) for out in outputs.values()
+        )
+        row["speedup"] = (
+            row["recompute"]["median_s"] / row["cached"]["median_s"]
+        )
+        if compiled is not None:
+            row["compiled_speedup"] = (
+                row["recompute"]["median_s"] / row["compiled"]["median_s"]
             )
         rows.append(row)
     return rows

@@ -22,6 +22,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from transformer_lite.extras import require
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
+
+tokenizers = require("tokenizers", "translate")
+
 __all__ = [
     "BOS_ID",
     "EOS_ID",
@@ -31,10 +36,10 @@ __all__ = [
     "SubwordTokenizer",
 ]
 
-# The ids of the special tokens; PAD, BOS and EOS are those of the copy
-# task in transformer_lite.data, so both tasks share one convention.
+# The special tokens at the package's ids (transformer_lite.tokens), so
+# every task shares one convention; <unk> follows them.
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
-PAD_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+UNK_ID = 3  # a character the tokenizer never saw in training
 
 
 class SubwordTokenizer:
@@ -65,15 +70,10 @@ class SubwordTokenizer:
         """Learn BPE merges from ``texts`` until the vocabulary (special
         tokens included) has ``vocab_size`` entries, or no pair is left
         to merge. Characters never seen become ``<unk>``."""
-        from tokenizers import (
-            Tokenizer,
-            decoders,
-            models,
-            normalizers,
-            pre_tokenizers,
-            trainers,
-        )
-
+        Tokenizer, decoders = tokenizers.Tokenizer, tokenizers.decoders
+        models, normalizers = tokenizers.models, tokenizers.normalizers
+        pre_tokenizers = tokenizers.pre_tokenizers
+        trainers = tokenizers.trainers
         if not isinstance(vocab_size, int) or vocab_size <= len(
             SPECIAL_TOKENS
         ):
@@ -147,9 +147,7 @@ class SubwordTokenizer:
 
     @classmethod
     def from_json(cls, text: str) -> "SubwordTokenizer":
-        from tokenizers import Tokenizer
-
-        return cls(Tokenizer.from_str(text))
+        return cls(tokenizers.Tokenizer.from_str(text))
 
     def save(self, path: str | os.PathLike) -> None:
         Path(path).write_text(self.to_json(), encoding="utf-8")

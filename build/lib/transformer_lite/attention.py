@@ -1,0 +1,234 @@
+"""Scaled dot-product attention and multi-head attention (chapters 1 and 3).
+
+.. math::
+
+    \\mathrm{Attention}(Q, K, V) = \\mathrm{softmax}\\!\\left(
+        \\frac{Q K^\\top}{\\sqrt{d_k}}\\right) V
+
+Masks follow the package convention: bool, True = may attend.
+"""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_lite.cache import KVCache
+from transformer_lite.masks import check_mask
+
+__all__ = [
+    "MultiHeadAttention",
+    "scaled_dot_product_attention",
+    "set_fused_attention",
+]
+
+
+def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    if query.dim() < 2 or not query.dim() == key.dim() == value.dim():
+        raise ValueError(
+            "query, key and value must have the same number of dimensions "
+            f"(at least 2), got shapes {tuple(query.shape)}, "
+            f"{tuple(key.shape)}, {tuple(value.shape)}"
+        )
+    if query.size(-1) != key.size(-1):
+        raise ValueError(
+            f"query and key must share their last dimension d_k, got "
+            f"query {tuple(query.shape)} and key {tuple(key.shape)}"
+        )
+    if key.size(-2) != value.size(-2):
+        raise ValueError(
+            f"key and value must have the same length Lk, got "
+            f"key {tuple(key.shape)} and value {tuple(value.shape)}"
+        )
+
+
+def scaled_dot_product_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout: nn.Module | None = None,
+) -> tuple[Tensor, Tensor]:
+    """softmax(Q K^T / sqrt(d_k)) V, written out one operation per line.
+
+    A query row whose mask allows no key gets all-zero weights and a zero
+    output instead of NaN, in every floating dtype.
+
+    Args:
+        query, key, value: the three inputs; leading dimensions (batch,
+            heads) are shared.
+        mask: bool, True = may attend; must broadcast to (..., Lq, Lk).
+        dropout: applied to the attention weights (e.g. ``nn.Dropout``);
+            ``None`` means no dropout.
+
+    Shape:
+        query: (..., Lq, D); key: (..., Lk, D); value: (..., Lk, Dv);
+        output: (..., Lq, Dv); weights: (..., Lq, Lk).
+    """
+    _check_qkv(query, key, value)
+    d_k = query.size(-1)
+    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., Lq, Lk)
+    if mask is not None:
+        check_mask(mask, scores.shape)
+        # The most negative finite number, not -inf: a row with no allowed
+        # key then softmaxes to a finite (uniform) row instead of NaN ...
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)
+    if mask is not None:
+        # ... which is zeroed here, as are the (already ~0) masked entries.
+        weights = weights.masked_fill(~mask, 0.0)
+    if dropout is not None:
+        weights = dropout(weights)
+    return weights @ value, weights  # (..., Lq, Dv), (..., Lq, Lk)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with four projections written out.
+
+    .. math::
+
+        \\mathrm{head}_i = \\mathrm{Attention}(Q W^Q_i, K W^K_i, V W^V_i),
+        \\quad \\mathrm{MHA} = \\mathrm{Concat}(\\mathrm{head}_1, \\dots,
+        \\mathrm{head}_H)\\, W^O
+
+    Args:
+        d_model: model width C.
+        n_heads: number of heads H; must divide ``d_model``.
+        dropout: dropout on the attention weights; 0.0 means none.
+        bias: whether the four projections have a bias.
+        fused: compute attention with PyTorch's fused
+            ``F.scaled_dot_product_attention`` (flash / memory-efficient
+            kernels on a GPU) instead of the hand-written function.
+
+    Attributes:
+        keep_weights: when True, the last forward pass stores its attention
+            weights, detached, in ``self.weights`` (B, H, Lq, Lk) for
+            visualisation. Off by default, so no activations are kept alive.
+
+    Shape:
+        query: (B, Lq, C); key, value: (B, Lk, C); mask: (B, Lq, Lk),
+        (B, 1, Lk), (Lq, Lk) or with a head axis (B, H or 1, Lq, Lk);
+        output: (B, Lq, C). With a ``cache``, Lk counts the cached keys too.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.1,
+        bias: bool = True,
+        fused: bool = False,
+    ) -> None:
+        super().__init__()
+        if d_model < 1 or n_heads < 1 or d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model ({d_model}) must be a positive multiple of "
+                f"n_heads ({n_heads})"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.d_model = d_model
+        self.h = n_heads
+        self.d_k = d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout_p = dropout
+        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
+        self.fused = fused
+        self.keep_weights = False
+        self.weights: Tensor | None = None
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, C) -> (B, H, L, D)."""
+        B, L, _ = x.shape
+        x = x.view(B, L, self.h, self.d_k)  # (B, L, H, D)
+        return x.transpose(1, 2)  # (B, H, L, D)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """(B, H, L, D) -> (B, L, C)."""
+        B, _, L, _ = x.shape
+        x = x.transpose(1, 2)  # (B, L, H, D)
+        return x.reshape(B, L, self.d_model)  # (B, L, C)
+
+    def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor):
+        for name, x in (("query", query), ("key", key), ("value", value)):
+            if x.dim() != 3 or x.size(-1) != self.d_model:
+                raise ValueError(
+                    f"{name} must have shape (B, L, d_model={self.d_model}), "
+                    f"got {tuple(x.shape)}"
+                )
+        if not query.size(0) == key.size(0) == value.size(0):
+            raise ValueError(
+                "query, key and value must share the batch size, got "
+                f"{tuple(query.shape)}, {tuple(key.shape)}, "
+                f"{tuple(value.shape)}"
+            )
+        if key.size(1) != value.size(1):
+            raise ValueError(
+                f"key and value must have the same length, got "
+                f"{tuple(key.shape)} and {tuple(value.shape)}"
+            )
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        value: Tensor,
+        mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """Attend from ``query`` to ``key``/``value``.
+
+        ``cache`` (incremental decoding, chapter 8): a self-attention cache
+        appends the new keys and values and attends over all of them; a
+        static (cross-attention) cache projects ``key``/``value`` on the
+        first call only and reuses them afterwards.
+        """
+        self._check_inputs(query, key, value)
+        q = self.split_heads(self.w_q(query))  # (B, H, Lq, D)
+        if cache is not None and cache.static and cache.key is not None:
+            k, v = cache.key, cache.value  # (B, H, Lk, D), computed once
+        else:
+            k = self.split_heads(self.w_k(key))  # (B, H, Lk, D)
+            v = self.split_heads(self.w_v(value))  # (B, H, Lk, D)
+            if cache is not None:
+                k, v = cache.update(k, v)  # (B, H, L_cached + Lk, D)
+        B, _, Lq, _ = q.shape
+        if mask is not None:
+            if mask.dim() == 3:
+                mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): heads share
+            check_mask(mask, torch.Size((B, self.h, Lq, k.size(2))))
+        if self.fused and not self.keep_weights:
+            x = self._fused_attention(q, k, v, mask)  # (B, H, Lq, D)
+        else:
+            dropout = self.dropout if self.training else None
+            x, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
+            if self.keep_weights:
+                self.weights = weights.detach()  # (B, H, Lq, Lk)
+        return self.w_o(self.merge_heads(x))  # (B, Lq, C)
+
+    def _fused_attention(
+        self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
+    ) -> Tensor:
+        """PyTorch's fused kernel, with the same fully-masked-row rule."""
+        p = self.dropout_p if self.training else 0.0
+        x = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=p
+        )
+        if mask is not None:
+            # A query row with no allowed key: zeros, as in the plain path.
+            x = x.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+        return x
+
+
+def set_fused_attention(model: nn.Module, fused: bool = True) -> int:
+    """Switch every :class:`~transformer_lite.attention.MultiHeadAttention`
+    in ``model`` to PyTorch's fused kernel (``fused=True``) or to the
+    hand-written attention; returns how many modules were switched."""
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for module in modules:
+        module.fused = fused
+    return len(modules)

@@ -1,0 +1,75 @@
+"""Key/value caches for incremental decoding (chapter 8).
+
+Generating token t with a plain decoder recomputes the keys and values of
+tokens 0..t-1 at every step, so n steps cost O(n^2) projections. A cache
+keeps them: each step projects only the new token and appends its keys and
+values; the cross-attention keys and values of the encoder memory are
+computed once.
+"""
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+__all__ = ["DecoderCache", "KVCache", "LayerCache"]
+
+
+@dataclass
+class KVCache:
+    """Keys and values of one attention module, already split into heads.
+
+    Args:
+        static: True for cross-attention (keys and values come from the
+            encoder memory and are computed once); False for
+            self-attention (each step appends the new position's).
+
+    Shape:
+        key, value: (B, H, L, D), or None before the first step.
+    """
+
+    static: bool = False
+    key: Tensor | None = None
+    value: Tensor | None = None
+
+    def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Store (static) or append (self-attention) new keys and values and
+        return everything cached so far."""
+        if self.key is None or self.static:
+            self.key, self.value = key, value
+        else:
+            self.key = torch.cat([self.key, key], dim=2)  # (B, H, L+1, D)
+            self.value = torch.cat([self.value, value], dim=2)
+        return self.key, self.value
+
+    def select(self, index: Tensor) -> None:
+        """Keep batch rows ``index`` (in that order), e.g. for beam search."""
+        if self.key is not None:
+            self.key = self.key.index_select(0, index)
+            self.value = self.value.index_select(0, index)
+
+
+@dataclass
+class LayerCache:
+    """The two caches of one decoder layer."""
+
+    self_attn: KVCache = field(default_factory=KVCache)
+    cross_attn: KVCache = field(default_factory=lambda: KVCache(static=True))
+
+
+@dataclass
+class DecoderCache:
+    """Caches of every decoder layer, and how many positions they hold."""
+
+    layers: list[LayerCache]
+    length: int = 0
+
+    @classmethod
+    def empty(cls, n_layers: int) -> "DecoderCache":
+        return cls([LayerCache() for _ in range(n_layers)])
+
+    def select(self, index: Tensor) -> None:
+        """Reorder or subset the batch of every layer's cache."""
+        for layer in self.layers:
+            layer.self_attn.select(index)
+            layer.cross_attn.select(index)

@@ -1,0 +1,153 @@
+"""Memory-efficient attention: the online softmax (chapter 8).
+
+Plain attention builds the whole (Lq, Lk) matrix of scores, so its memory
+grows with the square of the length: at L = 8192 one float32 matrix per
+head is 256 MiB. :func:`chunked_attention` never builds it. It visits the
+keys a chunk at a time and keeps, for every query, a running maximum, a
+running sum of exponentials and a running weighted sum of values: the
+online softmax (Milakov and Gimelshein, 2018) that FlashAttention (Dao et
+al., 2022) runs inside one GPU kernel. Here it is plain PyTorch, one
+operation per line; ``transformer_lite.bench`` measures what it saves.
+"""
+
+import math
+
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from transformer_lite.attention import _check_qkv
+from transformer_lite.masks import check_mask
+
+__all__ = ["chunked_attention"]
+
+
+def chunked_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    chunk_size: int = 256,
+    query_chunk_size: int | None = None,
+    recompute: bool = False,
+) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k)) V without the (Lq, Lk) matrix of scores.
+
+    The keys and values are visited in chunks :math:`K_j, V_j`. Each query
+    row carries a running maximum :math:`m` (start :math:`-\\infty`), a
+    running sum :math:`\\ell` (``ell``, start 0) and a running output :math:`o`
+    (start 0), updated chunk by chunk:
+
+    .. math::
+
+        s &= q K_j^\\top / \\sqrt{d_k} \\\\
+        m' &= \\max(m, \\max_i s_i) \\\\
+        p &= \\exp(s - m') \\\\
+        \\alpha &= \\exp(m - m') \\\\
+        \\ell' &= \\alpha\\, \\ell + \\textstyle\\sum_i p_i \\\\
+        o' &= \\alpha\\, o + p\\, V_j
+
+    and at the end the output is :math:`o / \\ell`. The factor
+    :math:`\\alpha` rescales what was summed under the old maximum, so the
+    result equals the softmax over all keys exactly (up to rounding).
+
+    Masked scores are :math:`-\\infty`, so their :math:`p` is exactly 0. A
+    query row with no allowed key keeps :math:`\\ell = 0` and gets a zero
+    output, never NaN, as in
+    :func:`~transformer_lite.attention.scaled_dot_product_attention`.
+    Half-precision inputs are accumulated in float32.
+
+    Args:
+        query, key, value: as for ``scaled_dot_product_attention``.
+        mask: bool, True = may attend; must broadcast to (..., Lq, Lk).
+        chunk_size: keys per chunk; need not divide Lk.
+        query_chunk_size: also split the queries into blocks of this many
+            rows (None: all queries at once), so memory stays bounded
+            whatever Lq is.
+        recompute: when gradients are needed, store only each query
+            block's output and recompute its weights in the backward pass
+            (activation checkpointing), as FlashAttention's backward does.
+            Without it, autograd keeps every chunk's ``p`` for the
+            backward pass: O(Lq * Lk) memory again, as plain attention.
+
+    Shape:
+        query: (..., Lq, D); key: (..., Lk, D); value: (..., Lk, Dv);
+        output: (..., Lq, Dv). Working memory: O(Lq * chunk_size), or
+        O(query_chunk_size * chunk_size) with query blocks.
+    """
+    _check_qkv(query, key, value)
+    for name, size in (
+        ("chunk_size", chunk_size),
+        ("query_chunk_size", query_chunk_size),
+    ):
+        if size is not None and (not isinstance(size, int) or size < 1):
+            raise ValueError(f"{name} must be a positive int, got {size!r}")
+    Lq, Lk = query.size(-2), key.size(-2)
+    if mask is not None:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        check_mask(mask, batch + (Lq, Lk))
+        mask = torch.atleast_2d(mask)  # (..., Lq or 1, Lk or 1)
+    block = query_chunk_size or Lq
+    outputs = []
+    for start in range(0, Lq, block):
+        stop = min(start + block, Lq)
+        q = query[..., start:stop, :]  # (..., Lb, D)
+        block_mask = _narrow(mask, -2, start, stop)
+        if recompute and torch.is_grad_enabled():
+            out = checkpoint(
+                _attend_block,
+                q,
+                key,
+                value,
+                block_mask,
+                chunk_size,
+                use_reentrant=False,
+            )
+        else:
+            out = _attend_block(q, key, value, block_mask, chunk_size)
+        outputs.append(out)  # (..., Lb, Dv)
+    return torch.cat(outputs, dim=-2)  # (..., Lq, Dv)
+
+
+def _narrow(mask: Tensor | None, dim: int, start: int, stop: int):
+    """``mask`` restricted to positions start..stop-1 along ``dim``, unless
+    it is None or broadcasts along that axis (size 1)."""
+    if mask is None or mask.size(dim) == 1:
+        return mask
+    return mask.narrow(dim, start, stop - start)
+
+
+def _attend_block(
+    q: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, chunk: int
+) -> Tensor:
+    """The online softmax of one block of queries over every key chunk."""
+    Lq, d_k, Dv = q.size(-2), q.size(-1), value.size(-1)
+    batch = torch.broadcast_shapes(
+        q.shape[:-2], key.shape[:-2], value.shape[:-2]
+    )
+    acc = torch.promote_types(q.dtype, torch.float32)  # float32 or float64
+    m = q.new_full(batch + (Lq, 1), -math.inf, dtype=acc)  # (..., Lq, 1)
+    ell = q.new_zeros(batch + (Lq, 1), dtype=acc)  # (..., Lq, 1)
+    o = q.new_zeros(batch + (Lq, Dv), dtype=acc)  # (..., Lq, Dv)
+    for start in range(0, key.size(-2), chunk):
+        stop = min(start + chunk, key.size(-2))
+        k = key[..., start:stop, :]  # (..., c, D)
+        v = value[..., start:stop, :]  # (..., c, Dv)
+        s = (q @ k.transpose(-2, -1)).to(acc) / math.sqrt(d_k)  # (.., Lq, c)
+        if mask is not None:
+            s = s.masked_fill(~_narrow(mask, -1, start, stop), -math.inf)
+        # The result does not depend on the shift m (it cancels in o / l),
+        # so no gradient needs to flow through it.
+        m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True)).detach()
+        # While a row has seen only masked keys, m_new = -inf; shifting by
+        # 0 instead gives exp(-inf) = 0 rather than exp(-inf + inf) = NaN.
+        shift = m_new.masked_fill(m_new == -math.inf, 0.0)  # (..., Lq, 1)
+        p = torch.exp(s - shift)  # (..., Lq, c)
+        alpha = torch.exp(m - shift)  # (..., Lq, 1)
+        ell = alpha * ell + p.sum(dim=-1, keepdim=True)
+        o = alpha * o + (p.to(v.dtype) @ v).to(acc)  # (..., Lq, Dv)
+        m = m_new
+    # ell >= 1 for any row with an allowed key (its maximum contributes
+    # exp(0) = 1); ell = 0 means no allowed key, and then o = 0 too.
+    ell = ell.masked_fill(ell == 0, 1.0)
+    return (o / ell).to(value.dtype)  # (..., Lq, Dv)

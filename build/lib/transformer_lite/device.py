@@ -1,0 +1,73 @@
+"""Where tensors live and how runs are made repeatable (all chapters)."""
+
+import contextlib
+import os
+import random
+from collections.abc import Iterator
+
+import torch
+from torch import nn
+
+__all__ = [
+    "default_device",
+    "evaluating",
+    "module_device",
+    "seed_everything",
+]
+
+
+def default_device() -> torch.device:
+    """The best device available: CUDA, then Apple's MPS, then the CPU.
+
+    Set the environment variable ``TRANSFORMER_LITE_DEVICE`` (for example to
+    ``cpu``) to override the choice.
+    """
+    wanted = os.environ.get("TRANSFORMER_LITE_DEVICE")
+    if wanted:
+        return torch.device(wanted)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def seed_everything(seed: int) -> torch.Generator:
+    """Seed Python's, NumPy's (when installed) and torch's generators.
+
+    Returns a ``torch.Generator`` seeded with the same value, for code that
+    prefers an explicit generator to the global one.
+    """
+    if not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    random.seed(seed)
+    try:
+        import numpy as np
+    except ImportError:  # numpy is optional for the package
+        pass
+    else:
+        np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    return torch.Generator().manual_seed(seed)
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device of ``module``'s parameters (the first one's; a module
+    split across devices is not supported), or the CPU if it has none."""
+    for p in module.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
+@contextlib.contextmanager
+def evaluating(module: nn.Module) -> Iterator[nn.Module]:
+    """Run a block in eval mode (no dropout) under ``torch.no_grad()``,
+    then put ``module`` back in the mode it was in."""
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            yield module
+    finally:
+        module.train(was_training)

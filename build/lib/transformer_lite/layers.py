@@ -1,0 +1,238 @@
+"""Feed-forward blocks, encoder and decoder layers and stacks (chapter 5).
+
+Each sublayer is wrapped in a residual connection and a LayerNorm, placed
+in one of two ways (one flag, ``norm_first``, as in PyTorch):
+
+* post-LN (the paper, ``norm_first=False``): ``x = LayerNorm(x + f(x))``
+* pre-LN (the Annotated Transformer's code, ``norm_first=True``):
+  ``x = x + f(LayerNorm(x))``, with a final LayerNorm after the stack.
+"""
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
+
+from transformer_lite.attention import MultiHeadAttention
+from transformer_lite.cache import DecoderCache, LayerCache
+
+__all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
+
+LAYER_NORM_EPS = 1e-5  # as nn.LayerNorm and nn.TransformerEncoderLayer
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward network: max(0, x W1 + b1) W2 + b2.
+
+    Args:
+        d_model: model width C.
+        d_ff: inner width (2048 in the paper's base model).
+        dropout: dropout after the ReLU.
+
+    Shape:
+        x: (B, L, C); output: (B, L, C).
+    """
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        hidden = F.relu(self.w_1(x))  # (B, L, d_ff)
+        return self.w_2(self.dropout(hidden))  # (B, L, C)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention, then feed-forward, each with residual and LayerNorm.
+
+    Args:
+        d_model: model width C.
+        n_heads: attention heads H.
+        d_ff: feed-forward inner width.
+        dropout: dropout on attention weights, after the ReLU, and on each
+            sublayer's output before the residual sum.
+        norm_first: False for the paper's post-LN, True for pre-LN.
+
+    Shape:
+        x: (B, S, C); mask: (B, 1, S) or (B, S, S); output: (B, S, C).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.norm2 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def _attend(self, x: Tensor, mask: Tensor | None) -> Tensor:
+        return self.dropout1(self.self_attn(x, x, x, mask))
+
+    def _feed(self, x: Tensor) -> Tensor:
+        return self.dropout2(self.feed_forward(x))
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        if self.norm_first:
+            x = x + self._attend(self.norm1(x), mask)
+            x = x + self._feed(self.norm2(x))
+        else:
+            x = self.norm1(x + self._attend(x, mask))
+            x = self.norm2(x + self._feed(x))
+        return x
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the encoder's memory,
+    then feed-forward; each with residual and LayerNorm.
+
+    Args: as :class:`EncoderLayer`.
+
+    Shape:
+        x: (B, T, C); memory: (B, S, C); src_mask: (B, 1, S);
+        tgt_mask: (B, T, T) or (1, T, T); output: (B, T, C).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.feed_forward = FeedForward(d_model, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.norm2 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.norm3 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.dropout1 = nn.Dropout(dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        self.dropout3 = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def _attend(self, x, mask, cache: LayerCache | None) -> Tensor:
+        kv_cache = None if cache is None else cache.self_attn
+        return self.dropout1(self.self_attn(x, x, x, mask, kv_cache))
+
+    def _cross(self, x, memory, mask, cache: LayerCache | None) -> Tensor:
+        kv_cache = None if cache is None else cache.cross_attn
+        return self.dropout2(
+            self.cross_attn(x, memory, memory, mask, kv_cache)
+        )
+
+    def _feed(self, x: Tensor) -> Tensor:
+        return self.dropout3(self.feed_forward(x))
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: LayerCache | None = None,
+    ) -> Tensor:
+        """With a ``cache``, ``x`` holds only the new positions."""
+        if self.norm_first:
+            x = x + self._attend(self.norm1(x), tgt_mask, cache)
+            x = x + self._cross(self.norm2(x), memory, src_mask, cache)
+            x = x + self._feed(self.norm3(x))
+        else:
+            x = self.norm1(x + self._attend(x, tgt_mask, cache))
+            x = self.norm2(x + self._cross(x, memory, src_mask, cache))
+            x = self.norm3(x + self._feed(x))
+        return x
+
+
+class _Stack(nn.Module):
+    """``n_layers`` copies of ``layer_type`` and, in pre-LN, a final
+    LayerNorm: what :class:`Encoder` and :class:`Decoder` share."""
+
+    layer_type: type[nn.Module]
+
+    def __init__(
+        self,
+        n_layers: int,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+    ) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(
+            self.layer_type(d_model, n_heads, d_ff, dropout, norm_first)
+            for _ in range(n_layers)
+        )
+        self.norm = (
+            nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if norm_first else None
+        )
+        self.checkpointing = False
+
+
+class Encoder(_Stack):
+    """A stack of ``n_layers`` encoder layers.
+
+    With ``norm_first=True`` a final LayerNorm normalises the output (pre-LN
+    layers leave the residual stream un-normalised); post-LN needs none.
+
+    Attributes:
+        checkpointing: recompute each layer's activations in the backward
+            pass instead of storing them (less memory, more time; chapter 8).
+
+    Shape:
+        x: (B, S, C); mask: (B, 1, S); output: (B, S, C).
+    """
+
+    layer_type = EncoderLayer
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        for layer in self.layers:
+            if self.checkpointing and self.training:
+                x = checkpoint(layer, x, mask, use_reentrant=False)
+            else:
+                x = layer(x, mask)
+        return x if self.norm is None else self.norm(x)
+
+
+class Decoder(_Stack):
+    """A stack of ``n_layers`` decoder layers (see :class:`Encoder`).
+
+    Shape:
+        x: (B, T, C); memory: (B, S, C); src_mask: (B, 1, S);
+        tgt_mask: (B, T, T); output: (B, T, C).
+    """
+
+    layer_type = DecoderLayer
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """With a ``cache`` (incremental decoding), ``x`` holds only the
+        new positions and the cache grows by them."""
+        for i, layer in enumerate(self.layers):
+            if cache is not None:
+                x = layer(x, memory, src_mask, tgt_mask, cache.layers[i])
+            elif self.checkpointing and self.training:
+                x = checkpoint(
+                    layer, x, memory, src_mask, tgt_mask, use_reentrant=False
+                )
+            else:
+                x = layer(x, memory, src_mask, tgt_mask)
+        return x if self.norm is None else self.norm(x)

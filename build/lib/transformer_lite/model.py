@@ -1,0 +1,214 @@
+"""The full encoder-decoder Transformer (chapter 5).
+
+``make_model(src_vocab, tgt_vocab)`` builds the paper's base model; a
+:class:`TransformerConfig` names every choice.
+"""
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lite.cache import DecoderCache
+from transformer_lite.layers import Decoder, Encoder
+from transformer_lite.masks import padding_mask, target_mask
+from transformer_lite.positional import SinusoidalPositionalEncoding
+from transformer_lite.tokens import check_token_ids, check_token_tensor
+
+__all__ = ["Transformer", "TransformerConfig", "make_model"]
+
+
+@dataclass
+class TransformerConfig:
+    """Every size and switch of a :class:`Transformer`.
+
+    The defaults are the paper's base model (Vaswani et al., 2017, Table 3).
+    """
+
+    src_vocab: int  # V_src, the number of source token ids
+    tgt_vocab: int  # V_tgt, the number of target token ids
+    n_layers: int = 6  # N, layers in the encoder and in the decoder
+    d_model: int = 512  # C, width of every residual stream
+    d_ff: int = 2048  # inner width of the feed-forward networks
+    n_heads: int = 8  # H, attention heads; must divide d_model
+    dropout: float = 0.1  # P_drop, one rate for every dropout
+    norm_first: bool = False  # False: post-LN (paper); True: pre-LN
+    tie_embeddings: bool = False  # share src/tgt embeddings and the output
+    max_len: int = 5000  # longest sequence the positional table covers
+    pad_id: int = 0  # the padding token id, the same in both vocabularies
+
+    def __post_init__(self) -> None:
+        for name in (
+            "src_vocab",
+            "tgt_vocab",
+            "n_layers",
+            "d_model",
+            "d_ff",
+            "n_heads",
+            "max_len",
+        ):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"{name} must be a positive int, got {value!r}"
+                )
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by n_heads "
+                f"({self.n_heads})"
+            )
+        if self.d_model % 2:
+            raise ValueError(f"d_model must be even, got {self.d_model}")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        for name in ("src_vocab", "tgt_vocab"):
+            if not 0 <= self.pad_id < getattr(self, name):
+                raise ValueError(
+                    f"pad_id {self.pad_id} is outside the vocabulary "
+                    f"({name}={getattr(self, name)})"
+                )
+        if self.tie_embeddings and self.src_vocab != self.tgt_vocab:
+            raise ValueError(
+                "tie_embeddings needs one shared vocabulary, got "
+                f"src_vocab={self.src_vocab} and tgt_vocab={self.tgt_vocab}"
+            )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) plus
+    positions, the encoder and decoder stacks, and the output projection
+    (``generator``) to logits.
+
+    Masks are optional: when omitted they are built from ``config.pad_id``
+    (padding for the source; padding and causal for the target).
+
+    Shape:
+        src: (B, S) token ids; tgt: (B, T) token ids;
+        src_mask: (B, 1, S); tgt_mask: (B, T, T); output: (B, T, V_tgt).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.check_ids = False  # True: check token ids on every call
+        self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
+        self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
+        self.positional = SinusoidalPositionalEncoding(
+            c.d_model, c.dropout, c.max_len
+        )
+        stack = (
+            c.n_layers,
+            c.d_model,
+            c.n_heads,
+            c.d_ff,
+            c.dropout,
+            c.norm_first,
+        )
+        self.encoder = Encoder(*stack)
+        self.decoder = Decoder(*stack)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab)
+        self._init_parameters()
+        if c.tie_embeddings:
+            self.tgt_embed.weight = self.src_embed.weight
+            self.generator.weight = self.src_embed.weight
+
+    def _init_parameters(self) -> None:
+        """Glorot-uniform for every matrix, zero for biases; LayerNorm
+        weights stay at one."""
+        for name, p in self.named_parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def _check_tokens(self, tokens: Tensor, vocab: int, name: str) -> None:
+        """Shape and dtype always; the ids' range only when
+        ``check_ids`` is set (it reads values: a sync point on a GPU,
+        and a break in a compiled graph). Batches check their ids where
+        they are built, on the CPU."""
+        check_token_tensor(tokens, name)
+        if tokens.numel() == 0:
+            raise ValueError(f"{name} is empty: shape {tuple(tokens.shape)}")
+        if self.check_ids:
+            check_token_ids(tokens, vocab, name)
+
+    def embed(
+        self, tokens: Tensor, embedding: nn.Embedding, offset: int = 0
+    ) -> Tensor:
+        """Token embeddings times sqrt(d_model), plus positions (starting at
+        ``offset``)."""
+        x = embedding(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
+        return self.positional(x, offset)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Source ids (B, S) -> memory (B, S, C)."""
+        self._check_tokens(src, self.config.src_vocab, "src")
+        if src_mask is None:
+            src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
+        return self.encoder(self.embed(src, self.src_embed), src_mask)
+
+    def decode(
+        self,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt: Tensor,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Memory (B, S, C) and target ids (B, T) -> hidden (B, T, C).
+
+        With a ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the
+        next positions; by default they may attend to every cached one.
+        """
+        self._check_tokens(tgt, self.config.tgt_vocab, "tgt")
+        if cache is None:
+            if tgt_mask is None:
+                tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
+            x = self.embed(tgt, self.tgt_embed)  # (B, T, C)
+            return self.decoder(x, memory, src_mask, tgt_mask)
+        x = self.embed(tgt, self.tgt_embed, cache.length)  # (B, T_new, C)
+        hidden = self.decoder(x, memory, src_mask, tgt_mask, cache)
+        cache.length += tgt.size(1)
+        return hidden
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for incremental decoding (chapter 8)."""
+        return DecoderCache.empty(self.config.n_layers)
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+    ) -> Tensor:
+        if src.dim() == 2 and tgt.dim() == 2 and src.size(0) != tgt.size(0):
+            raise ValueError(
+                f"src and tgt must share the batch size, got "
+                f"{tuple(src.shape)} and {tuple(tgt.shape)}"
+            )
+        if src_mask is None:
+            src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
+        memory = self.encode(src, src_mask)  # (B, S, C)
+        hidden = self.decode(memory, src_mask, tgt, tgt_mask)  # (B, T, C)
+        return self.generator(hidden)  # (B, T, V_tgt)
+
+    def count_parameters(self) -> int:
+        """Trainable parameters, each shared tensor counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    @property
+    def device(self) -> torch.device:
+        return self.generator.weight.device
+
+
+def make_model(src_vocab: int, tgt_vocab: int, **config_fields) -> Transformer:
+    """Build a :class:`Transformer`; keyword arguments are
+    :class:`TransformerConfig` fields (defaults: the paper's base model)."""
+    return Transformer(
+        TransformerConfig(src_vocab, tgt_vocab, **config_fields)
+    )

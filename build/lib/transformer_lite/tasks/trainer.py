@@ -1,0 +1,209 @@
+"""Train a translator (chapter 7): one training function serves the book,
+the command line (:mod:`transformer_lite.tasks.translate`) and
+``torchrun``.
+"""
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from transformer_lite.device import default_device, seed_everything
+from transformer_lite.model import Transformer, TransformerConfig
+from transformer_lite.tasks.corpus import bucket_batches
+from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
+from transformer_lite.tasks.translator import Translator
+from transformer_lite.tokens import PAD_ID
+from transformer_lite.training.distributed import (
+    init_distributed,
+    is_main_process,
+    world,
+)
+from transformer_lite.training.loop import evaluate
+from transformer_lite.training.loss import LabelSmoothingLoss
+from transformer_lite.training.progress import progress_bar
+from transformer_lite.training.schedule import noam_scheduler
+from transformer_lite.training.step import train_step
+
+__all__ = [
+    "TrainResult",
+    "TranslateConfig",
+    "default_model_dir",
+    "train",
+    "train_tokenizers",
+]
+
+
+@dataclass
+class TranslateConfig:
+    """Data, tokens, model and optimisation of the chapter 7 task."""
+
+    pair: str = "de-en"  # source-target language pair of the number words
+    n_train: int = 20_000  # distinct numbers to train on
+    n_valid: int = 500  # held out, for the validation loss
+    n_test: int = 1000  # held out, for the final scores
+    max_digits: int = 6  # numbers below a million
+    digits_share: float = 0.15  # repeat short numbers up to this share
+    src_vocab: int = 130  # BPE vocabulary of the source, specials included
+    tgt_vocab: int = 120  # and of the target
+    n_layers: int = 2  # small: the task needs little depth
+    d_model: int = 128  # C: under a million parameters in all
+    d_ff: int = 256  # 2 C: wider costs time, gains nothing here
+    n_heads: int = 4  # H, so D = 32
+    dropout: float = 0.1  # as the paper
+    norm_first: bool = True  # pre-LN: faster to train here (chapter 6)
+    batch_size: int = 128  # sentences per global batch
+    steps: int = 1200  # optimizer steps
+    warmup: int = 200  # Noam schedule warm-up steps
+    lr_factor: float = 1.0  # Noam schedule factor
+    smoothing: float = 0.1  # label smoothing eps
+    save_every: int = 50  # steps between the last checkpoints ...
+    keep_last: int = 5  # ... of which this many are saved, to average
+    max_len: int = 64  # longest sequence (positional table), in tokens
+    seed: int = 0  # data, initialisation and batch order
+
+    def model_config(
+        self, src_vocab: int, tgt_vocab: int
+    ) -> TransformerConfig:
+        """The model these settings describe, for the tokenizers' sizes."""
+        return TransformerConfig(
+            src_vocab,
+            tgt_vocab,
+            n_layers=self.n_layers,
+            d_model=self.d_model,
+            d_ff=self.d_ff,
+            n_heads=self.n_heads,
+            dropout=self.dropout,
+            norm_first=self.norm_first,
+            max_len=self.max_len,
+            pad_id=PAD_ID,
+        )
+
+
+def default_model_dir() -> Path:
+    """``$XDG_CACHE_HOME/transformer-lite``, else
+    ``~/.cache/transformer-lite``."""
+    cache = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(cache) / "transformer-lite"
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns."""
+
+    translator: Translator  # the model after the last step
+    checkpoints: list[Path]  # the last ``keep_last``, oldest first
+    step_loss: list[float] = field(default_factory=list)  # per step
+    lr: list[float] = field(default_factory=list)  # per step
+    valid_loss: list[tuple[int, float]] = field(default_factory=list)
+    seconds: float = 0.0  # wall-clock time of the training loop
+    cpu_seconds: float = 0.0  # CPU time of this process, all threads
+
+
+def train_tokenizers(
+    pairs: Sequence[tuple[str, str]], config: TranslateConfig
+) -> tuple[Tokenizer, Tokenizer]:
+    """BPE tokenizers for the sources and the targets of ``pairs``."""
+    sources, targets = zip(*pairs, strict=True)
+    return (
+        Tokenizer.train(sources, config.src_vocab),
+        Tokenizer.train(targets, config.tgt_vocab),
+    )
+
+
+def train(
+    pairs: Sequence[tuple[str, str]],
+    config: TranslateConfig,
+    out_dir: str | os.PathLike,
+    valid_pairs: Sequence[tuple[str, str]] | None = None,
+    tokenizers: tuple[Tokenizer, Tokenizer] | None = None,
+    device: torch.device | str | None = None,
+    progress: bool = True,
+) -> TrainResult:
+    """Train a translator on ``pairs``: length-bucketed batches, label
+    smoothing, Adam with the Noam schedule, checkpoints of the last
+    ``keep_last`` multiples of ``save_every`` steps in ``out_dir``.
+
+    Under ``torchrun`` (``WORLD_SIZE`` > 1) every process runs this; each
+    takes its share of every batch, DDP averages the gradients, and rank
+    0 alone shows progress and saves
+    (:mod:`transformer_lite.training.distributed`).
+
+    Args:
+        tokenizers: ``(source, target)``; None trains them on ``pairs``.
+        device: None: this rank's GPU under torchrun, else
+            ``default_device()``.
+    """
+    seed_everything(config.seed)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    src_tok, tgt_tok = tokenizers or train_tokenizers(pairs, config)
+    src_ids = [src_tok.encode(s) for s, _ in pairs]
+    tgt_ids = [tgt_tok.encode(t) for _, t in pairs]
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        device = init_distributed()
+    device = torch.device(device or default_device())
+    vocabs = src_tok.vocab_size, tgt_tok.vocab_size
+    model = Transformer(config.model_config(*vocabs)).to(device)
+    replica = model
+    if distributed:
+        ids = None if device.type == "cpu" else [device]
+        replica = nn.parallel.DistributedDataParallel(model, ids)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9
+    )
+    scheduler = noam_scheduler(
+        optimizer, config.d_model, config.warmup, config.lr_factor
+    )
+    V, eps = tgt_tok.vocab_size, config.smoothing
+    loss_fn = LabelSmoothingLoss(V, PAD_ID, eps, reduction="sum")
+    valid = None
+    if valid_pairs:
+        valid = bucket_batches(
+            [src_tok.encode(s) for s, _ in valid_pairs],
+            [tgt_tok.encode(t) for _, t in valid_pairs],
+            config.batch_size,
+            config.seed,
+        )
+    result = TrainResult(Translator(model, src_tok, tgt_tok), [])
+    generator = torch.Generator().manual_seed(config.seed)
+    first_saved = config.steps - (config.keep_last - 1) * config.save_every
+    main = is_main_process()
+    bar = progress_bar(config.steps, "train", progress and main)
+    start, cpu_start = time.perf_counter(), time.process_time()
+    step = 0
+    while step < config.steps:
+        for batch in bucket_batches(
+            src_ids, tgt_ids, config.batch_size, generator
+        ):
+            if step == config.steps:
+                break
+            if batch.src.size(0) < world()[1]:
+                continue  # too few rows to give every process a share
+            result.lr.append(optimizer.param_groups[0]["lr"])
+            loss = train_step(
+                replica, batch, loss_fn, optimizer, scheduler=scheduler
+            )
+            result.step_loss.append(loss)
+            step += 1
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            if step % config.save_every and step != config.steps:
+                continue
+            if valid is not None:
+                valid_loss = evaluate(model, valid, loss_fn)
+                result.valid_loss.append((step, valid_loss))
+            if step >= first_saved and main:
+                path = out_dir / f"step-{step:06d}.pt"
+                result.translator.save(path, step=step)
+                result.checkpoints.append(path)
+    bar.close()
+    result.seconds = time.perf_counter() - start
+    result.cpu_seconds = time.process_time() - cpu_start
+    model.eval()
+    return result

@@ -1,0 +1,100 @@
+"""A trained translation model with its tokenizers (chapter 7).
+
+:class:`Translator` turns text into text: it tokenizes, decodes with beam
+search and detokenizes, and it saves and loads the model together with
+both tokenizers in one checkpoint file.
+"""
+
+import os
+from collections.abc import Sequence
+
+from transformer_lite.decoding import beam_search
+from transformer_lite.model import Transformer
+from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
+from transformer_lite.tokens import BOS_ID, EOS_ID
+from transformer_lite.training.checkpoint import (
+    load_checkpoint,
+    save_checkpoint,
+)
+
+__all__ = ["Translator"]
+
+
+class Translator:
+    """A trained model with its source and target tokenizers.
+
+    Args:
+        model: a :class:`~transformer_lite.model.Transformer`.
+        src_tokenizer, tgt_tokenizer: the tokenizers it was trained with.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        src_tokenizer: Tokenizer,
+        tgt_tokenizer: Tokenizer,
+    ) -> None:
+        self.model = model
+        self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+
+    def translate(
+        self,
+        texts: Sequence[str],
+        beam_size: int = 4,
+        length_penalty: float = 0.6,
+        batch_size: int = 500,
+    ) -> list[str]:
+        """Translate ``texts``, ``batch_size`` at a time and sorted by
+        length, with :func:`~transformer_lite.decoding.beam_search`
+        (``beam_size=1``: greedy). Outputs stop at 2 S + 10 tokens for
+        a batch of S source tokens (or at the model's ``max_len``)."""
+        if isinstance(texts, str):
+            raise ValueError("texts must be a list of str, not one str")
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = [""] * len(texts)
+        for start in range(0, len(order), batch_size):
+            chunk = order[start : start + batch_size]
+            src = self.src_tokenizer.encode_batch([texts[i] for i in chunk])
+            ys = beam_search(
+                self.model,
+                src,
+                max_len=min(2 * src.size(1) + 10, self.model.config.max_len),
+                bos_id=BOS_ID,
+                eos_id=EOS_ID,
+                beam_size=beam_size,
+                length_penalty=length_penalty,
+            )  # (B, L)
+            texts_out = self.tgt_tokenizer.decode_batch(ys)
+            for i, text in zip(chunk, texts_out, strict=True):
+                out[i] = text
+        return out
+
+    def save(self, path: str | os.PathLike, **extra: object) -> None:
+        """A checkpoint as ``save_checkpoint`` writes it
+        (:mod:`transformer_lite.training.checkpoint`), holding the
+        tokenizers too; loads with ``weights_only=True``."""
+        save_checkpoint(
+            path,
+            self.model,
+            src_tokenizer=self.src_tokenizer.to_json(),
+            tgt_tokenizer=self.tgt_tokenizer.to_json(),
+            **extra,
+        )
+
+    @classmethod
+    def load(
+        cls, path: str | os.PathLike, map_location: str | None = None
+    ) -> "Translator":
+        model, extra = load_checkpoint(path, map_location=map_location)
+        return cls.from_model(model, extra)
+
+    @classmethod
+    def from_model(cls, model: Transformer, extra: dict) -> "Translator":
+        """From a model and the extra data of its checkpoint."""
+        if "src_tokenizer" not in extra:
+            raise ValueError("the checkpoint holds no tokenizers")
+        return cls(
+            model.eval(),
+            Tokenizer.from_json(extra["src_tokenizer"]),
+            Tokenizer.from_json(extra["tgt_tokenizer"]),
+        )

@@ -1,0 +1,86 @@
+"""Data-parallel training on several processes (chapter 7).
+
+``torchrun --nproc_per_node=N script.py`` starts N copies of a training
+script and tells each, through environment variables, its ``RANK`` (0 to
+N - 1), the ``WORLD_SIZE`` N and where to meet (``MASTER_ADDR``,
+``MASTER_PORT``). Every process builds the same model and the same
+sequence of global batches (same seeds); each takes its own share of the
+rows of every batch (:func:`shard`), and ``DistributedDataParallel``
+averages the gradients over the processes during ``backward``, so that
+every process takes the same optimizer step.
+
+The loss needs care: a batch's loss is a mean over its non-pad target
+tokens, and the shares hold different numbers of them. The one training
+step (:func:`~transformer_lite.training.step.train_step`) sums each
+share's loss and divides by the token count of the whole batch, so that
+its step equals one process's step on the whole batch
+(``tests/test_distributed.py`` checks it).
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from transformer_lite.training.batch import Batch
+
+__all__ = [
+    "init_distributed",
+    "is_main_process",
+    "shard",
+    "world",
+]
+
+
+def world() -> tuple[int, int]:
+    """``(rank, world_size)`` of this process; ``(0, 1)`` when no process
+    group is initialised."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def is_main_process() -> bool:
+    """True on rank 0, the one that prints and saves."""
+    return world()[0] == 0
+
+
+def init_distributed(backend: str | None = None) -> torch.device:
+    """Join the process group that ``torchrun`` describes in the
+    environment, if any, and return this process's device.
+
+    Args:
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (CUDA); None picks nccl
+            when CUDA is available, gloo otherwise.
+
+    Returns:
+        ``cuda:LOCAL_RANK`` with CUDA, else the CPU. A single process
+        (no ``WORLD_SIZE`` > 1 in the environment) joins nothing.
+    """
+    cuda = torch.cuda.is_available()
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if several and not dist.is_initialized():
+        dist.init_process_group(backend or ("nccl" if cuda else "gloo"))
+    return device
+
+
+def shard(batch: Batch, rank: int, world_size: int) -> Batch:
+    """This rank's share of a global batch: a contiguous block of rows,
+    the blocks differing in size by one row at most.
+
+    Shape:
+        batch.src: (B, S) -> (about B / world_size, S); likewise tgt.
+    """
+    B = batch.src.size(0)
+    if not 0 <= rank < world_size or B < world_size:
+        raise ValueError(
+            f"cannot give rank {rank} of {world_size} a share of a batch "
+            f"of {B} rows (need 0 <= rank < world_size <= B)"
+        )
+    src = batch.src.tensor_split(world_size)[rank]  # (B / N, S)
+    tgt = batch.tgt.tensor_split(world_size)[rank]  # (B / N, T + 1)
+    return Batch(src, tgt, batch.pad_id)

@@ -1,0 +1,62 @@
+"""The model has no host syncs in its forward pass: ``torch.compile`` with
+``fullgraph=True`` (which refuses any graph break) takes ``forward``,
+``encode`` and one cached decoding step whole (chapter 8)."""
+
+import pytest
+import torch
+
+from transformer_lite import make_model, set_fused_attention
+from transformer_lite.masks import padding_mask
+
+pytestmark = pytest.mark.slow  # compiling takes seconds
+
+
+@pytest.fixture(params=["plain", "fused"])
+def model(request):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = make_model(
+        11, 13, n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.0
+    ).eval()
+    set_fused_attention(model, request.param == "fused")
+    return model
+
+
+SRC = torch.tensor([[1, 5, 6, 7, 2], [1, 8, 2, 0, 0]])  # (B, S)
+TGT = torch.tensor([[1, 9, 10, 3], [1, 4, 0, 0]])  # (B, T)
+
+
+def test_forward_compiles_whole(model):
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(SRC, TGT), model(SRC, TGT))
+
+
+def test_encode_and_a_cached_decoding_step_compile_whole(model):
+    encode = torch.compile(model.encode, fullgraph=True)
+    decode = torch.compile(model.decode, fullgraph=True)
+    src_mask = padding_mask(SRC, 0)  # (B, 1, S)
+    with torch.no_grad():
+        memory = encode(SRC, src_mask)  # (B, S, C)
+        torch.testing.assert_close(memory, model.encode(SRC, src_mask))
+        compiled_cache, eager_cache = model.new_cache(), model.new_cache()
+        for t in range(2):  # the second step reads what the first cached
+            step = TGT[:, t : t + 1]  # (B, 1)
+            keys = padding_mask(TGT[:, : t + 1], 0)  # (B, 1, t + 1)
+            got = decode(memory, src_mask, step, keys, compiled_cache)
+            want = model.decode(memory, src_mask, step, keys, eager_cache)
+            torch.testing.assert_close(got, want)
+        assert compiled_cache.length == eager_cache.length == 2
+
+
+def test_id_checks_are_opt_in(model):
+    """Out-of-vocabulary ids: the opt-in check names them; by default the
+    model reads no values (the embedding lookup is what fails)."""
+    bad = SRC.clone()
+    bad[0, 1] = 11  # src_vocab is 11: ids 0..10
+    model.check_ids = True
+    with pytest.raises(ValueError, match=r"src holds token ids in \[0, 11\]"):
+        model(bad, TGT)
+    model.check_ids = False
+    with pytest.raises(IndexError):
+        model(bad, TGT)

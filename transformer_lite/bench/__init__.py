@@ -1,0 +1,7 @@
+"""Benchmark tier (chapter 8): ``python -m transformer_lite.bench``.
+
+:mod:`~transformer_lite.bench.fixtures` holds what is compared,
+:mod:`~transformer_lite.bench.cases` the measurements,
+:mod:`~transformer_lite.bench.memory` the peak-memory meter and
+:mod:`~transformer_lite.bench.report` the tables and the command line.
+"""

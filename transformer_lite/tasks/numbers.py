@@ -1,0 +1,109 @@
+"""Number words to translate (chapter 7): a real translation task made
+offline, with splits that keep test numbers out of training.
+"""
+
+import collections
+import functools
+import random
+
+from transformer_lite.extras import require
+from transformer_lite.tasks.corpus import check_sizes
+
+__all__ = [
+    "LANGUAGES",
+    "MAX_DIGITS",
+    "PAIRS",
+    "balance_digits",
+    "number_pairs",
+    "number_splits",
+    "number_words",
+]
+
+MAX_DIGITS = 6  # numbers below a million by default
+LANGUAGES = {"de": "German", "en": "English", "fr": "French"}
+PAIRS = ("de-en", "fr-en")  # source-target, as the Annotated Transformer
+
+
+@functools.lru_cache(maxsize=2**20)
+def number_words(number: int, lang: str) -> str:
+    """``number`` written out in words (``num2words``), e.g.
+    ``number_words(421, "de") == "vierhunderteinundzwanzig"``."""
+    num2words = require("num2words", "translate").num2words
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {sorted(LANGUAGES)}: {lang!r}")
+    return num2words(number, lang=lang)
+
+
+def number_splits(
+    n_train: int,
+    n_valid: int,
+    n_test: int,
+    max_digits: int = MAX_DIGITS,
+    seed: int = 0,
+) -> dict[str, list[int]]:
+    """Distinct numbers for training, validation and test (chapter 7).
+
+    Each number is drawn by first drawing its count of digits, uniform in
+    1..``max_digits``, then a number with that many digits (0..9 for one),
+    so short numbers are as likely as long ones; repeats are drawn again.
+    The distinct numbers are shuffled and cut into the three splits: no
+    number is in two of them. Same arguments, same splits.
+
+    Returns:
+        ``{"train": [...], "valid": [...], "test": [...]}``.
+    """
+    check_sizes(n_train=n_train, n_valid=n_valid, n_test=n_test)
+    check_sizes(max_digits=max_digits)
+    total = n_train + n_valid + n_test
+    if total > 10**max_digits // 2:
+        raise ValueError(
+            f"{total} distinct numbers asked for, but numbers of at most "
+            f"{max_digits} digits allow {10**max_digits // 2} at most"
+        )
+    rng = random.Random(seed)
+    drawn: dict[int, None] = {}  # insertion-ordered set
+    while len(drawn) < total:
+        digits = rng.randint(1, max_digits)
+        low = 0 if digits == 1 else 10 ** (digits - 1)
+        drawn[rng.randrange(low, 10**digits)] = None
+    numbers = list(drawn)
+    rng.shuffle(numbers)
+    return {
+        "train": numbers[:n_train],
+        "valid": numbers[n_train : n_train + n_valid],
+        "test": numbers[n_train + n_valid :],
+    }
+
+
+def balance_digits(numbers: list[int], at_least: int) -> list[int]:
+    """The numbers, with those of rare digit counts repeated (chapter 7).
+
+    A split of distinct numbers runs out of short ones: there are ten of
+    one digit and ninety of two, against 900 000 of six. Every number of
+    a digit count with ``c`` members appears ``max(1, round(at_least /
+    c))`` times, so each count of digits holds about ``at_least``
+    entries or more. Order is kept, copies next to each other;
+    ``bucket_batches`` shuffles.
+
+    Example: ``balance_digits([5, 7, 21, 4000], 4) == [5, 5, 7, 7, 21,
+    21, 21, 21, 4000, 4000, 4000, 4000]``.
+    """
+    check_sizes(at_least=at_least)
+    if any(isinstance(n, bool) or not isinstance(n, int) for n in numbers):
+        raise ValueError("numbers must be ints")
+    if any(n < 0 for n in numbers):
+        raise ValueError(f"numbers must be >= 0, got {min(numbers)}")
+    count = collections.Counter(len(str(n)) for n in numbers)
+    copies = {d: max(1, round(at_least / c)) for d, c in count.items()}
+    return [n for n in numbers for _ in range(copies[len(str(n))])]
+
+
+def number_pairs(
+    numbers: list[int], pair: str = "de-en"
+) -> list[tuple[str, str]]:
+    """(source, target) sentence pairs of number words, e.g.
+    ``("einundzwanzig", "twenty-one")`` for 21 and ``pair="de-en"``."""
+    if pair not in PAIRS:
+        raise ValueError(f"pair must be one of {PAIRS}, got {pair!r}")
+    src, tgt = pair.split("-")
+    return [(number_words(n, src), number_words(n, tgt)) for n in numbers]

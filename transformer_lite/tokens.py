@@ -1,0 +1,74 @@
+"""Special token ids and the checks on tensors of token ids (chapters 5-7).
+
+Every task in the package shares one convention for its special tokens, so
+that a model, a batch, a decoder and a tokenizer agree without being told:
+
+====  ==  ==============================================================
+PAD   0   padding: masked out of attention and ignored by the loss
+BOS   1   begin-of-sequence, the first token of every target and output
+EOS   2   end-of-sequence, where decoding stops
+====  ==  ==============================================================
+
+Two checks, kept apart on purpose. :func:`check_token_tensor` looks only at
+the shape and dtype, which the host knows without asking the device: the
+model calls it on every forward pass. :func:`check_token_ids` also reads
+the values (are the ids inside the vocabulary?); reading a value from a GPU
+tensor makes the CPU wait for the GPU, and a compiled graph cannot contain
+it. So it runs where batches are built, on the CPU, and inside the model
+only when asked (``Transformer.check_ids = True``, a debugging aid).
+"""
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "BOS_ID",
+    "EOS_ID",
+    "PAD_ID",
+    "check_token_ids",
+    "check_token_tensor",
+]
+
+PAD_ID = 0  # padding: masked out of attention and ignored by the loss
+BOS_ID = 1  # begin-of-sequence: the first token of targets and outputs
+EOS_ID = 2  # end-of-sequence: where decoding stops
+
+
+def check_token_tensor(tokens: Tensor, name: str) -> None:
+    """Raise a ``ValueError`` unless ``tokens`` is a (B, L) tensor of
+    integers. Reads no values: no device synchronisation."""
+    if not isinstance(tokens, Tensor):
+        raise ValueError(
+            f"{name} must be a (B, L) tensor of token ids, got "
+            f"{type(tokens).__name__}"
+        )
+    if tokens.dim() != 2:
+        raise ValueError(
+            f"{name} must be a (B, L) tensor of token ids, got shape "
+            f"{tuple(tokens.shape)}"
+        )
+    if tokens.dtype.is_floating_point or tokens.dtype in (
+        torch.bool,
+        torch.complex64,
+        torch.complex128,
+    ):
+        raise ValueError(
+            f"{name} must hold integer token ids, got dtype {tokens.dtype}"
+        )
+
+
+def check_token_ids(tokens: Tensor, vocab_size: int, name: str) -> None:
+    """:func:`check_token_tensor`, then every id in [0, ``vocab_size``).
+
+    Reads the smallest and largest id: on a GPU tensor this waits for the
+    device (a sync point), so call it where batches are built.
+    """
+    check_token_tensor(tokens, name)
+    if tokens.numel() == 0:
+        return
+    low, high = int(tokens.min()), int(tokens.max())  # a sync point on GPU
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"{name} holds token ids in [{low}, {high}], outside the "
+            f"vocabulary [0, {vocab_size - 1}]"
+        )

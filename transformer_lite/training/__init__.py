@@ -1,0 +1,40 @@
+"""Training tier (chapters 6-8): batches, the loss, the schedule, the one
+training step, the loop, checkpoints and data parallelism.
+
+Built on the core (the model, masks and decoding); nothing in the core
+imports this package.
+"""
+
+from transformer_lite.training.batch import Batch
+from transformer_lite.training.checkpoint import (
+    average_checkpoints,
+    load_checkpoint,
+    save_checkpoint,
+)
+from transformer_lite.training.loop import History, evaluate, fit, train_epoch
+from transformer_lite.training.loss import LabelSmoothingLoss
+from transformer_lite.training.schedule import noam_lr, noam_scheduler
+from transformer_lite.training.step import (
+    autocast,
+    check_amp,
+    grad_scaler,
+    train_step,
+)
+
+__all__ = [
+    "Batch",
+    "History",
+    "LabelSmoothingLoss",
+    "autocast",
+    "average_checkpoints",
+    "check_amp",
+    "evaluate",
+    "fit",
+    "grad_scaler",
+    "load_checkpoint",
+    "noam_lr",
+    "noam_scheduler",
+    "save_checkpoint",
+    "train_epoch",
+    "train_step",
+]
