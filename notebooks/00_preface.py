@@ -230,9 +230,15 @@ assert base.d_model // base.n_heads == 64
 #
 # Run the cells in order. Each chapter seeds its random generators, so
 # running it again gives the same numbers (timings excepted, and a GPU
-# draws other random numbers than a CPU). Cells that end in a shape or
-# a picture are meant to be changed: try a longer sequence, another
-# seed, a bigger $d_k$, and rerun. If you change something a hidden
+# draws other random numbers than a CPU). All of a chapter's seeds come
+# from one value, the environment variable `BOOK_SEED` (0 unless set;
+# the book is built with 0), which the chapter prints in its first cell.
+# Start Jupyter with `BOOK_SEED=1` and every chapter takes another random
+# path. A claim checked on one seed would be a fact about that seed, so
+# the checks are meant to hold for any seed; `make seed-sweep` reruns the
+# chapters that train with seeds 1 and 2. Cells that end in a shape or a
+# picture are meant to be changed: try a longer sequence, another seed, a
+# bigger $d_k$, and rerun. If you change something a hidden
 # `assert` depends on, it will tell you, and that is part of the point.
 #
 # Let us begin with the one operation the whole model is built around:

@@ -58,15 +58,17 @@ from transformer_lite import (
     seed_everything,
     target_mask,
 )
+from transformer_lite.device import book_seed
 from transformer_lite.interop import from_torch_mha
 from transformer_lite.masks import to_torch_attn_mask
 from transformer_lite.viz import heads_chart
 
-seed_everything(3)
+SEED = book_seed()  # BOOK_SEED from the environment; the book uses 0
+seed_everything(SEED + 3)
 print(f"python {platform.python_version()}, torch {torch.__version__}, "
       f"transformer_lite {transformer_lite.__version__}")
 device = default_device()
-print("device:", device)
+print(f"device: {device}, BOOK_SEED={SEED}")
 
 # %% [markdown]
 # ## Why several heads?

@@ -54,16 +54,19 @@ from transformer_lite import (
     seed_everything,
     sinusoidal_table,
 )
+from transformer_lite.device import book_seed
 from transformer_lite.positional import LearnedPositionalEmbedding
 
 device = default_device()
+SEED = book_seed()  # BOOK_SEED from the environment; the book uses 0
 # Exactness checks run in float64; Apple's MPS has no float64.
 dtype = torch.float32 if device.type == "mps" else torch.float64
 tol = 1e-5 if dtype == torch.float32 else 1e-12
 print(f"python {platform.python_version()}, torch {torch.__version__}, "
       f"transformer_lite {transformer_lite.__version__}")
 print(f"device: {device}, dtype for exactness checks: {dtype}")
-seed_everything(4)
+print(f"BOOK_SEED={SEED}")
+seed_everything(SEED + 4)
 
 # %% [markdown]
 # ## Attention alone ignores order

@@ -67,7 +67,7 @@ from transformer_lite import (
     seed_everything,
     target_mask,
 )
-from transformer_lite.device import no_tf32
+from transformer_lite.device import book_seed, no_tf32
 from transformer_lite.interop import (
     from_torch_decoder_layer,
     from_torch_encoder_layer,
@@ -75,12 +75,14 @@ from transformer_lite.interop import (
 from transformer_lite.masks import to_torch_attn_mask
 
 device = default_device()
+SEED = book_seed()  # BOOK_SEED from the environment; the book uses 0
 # Exactness checks run in float64; Apple's MPS has none, so they use the CPU.
 exact = device if device.type != "mps" else torch.device("cpu")
 print(f"python {platform.python_version()}, torch {torch.__version__}, "
       f"transformer_lite {transformer_lite.__version__}")
 print(f"device: {device}, device for float64 checks: {exact}")
-seed_everything(5)
+print(f"BOOK_SEED={SEED}")
+seed_everything(SEED + 5)
 
 
 def show(*objects) -> None:
@@ -472,7 +474,7 @@ n_deep = 12
 x = torch.randn(8, 20, 128).to(device)  # (B, S, C), RMS about 1
 depth_rms = {}
 for norm_first in (False, True):
-    seed_everything(12)
+    seed_everything(SEED + 12)
     model = make_model(11, 11, n_layers=n_deep, d_model=128, d_ff=512,
                        n_heads=4, norm_first=norm_first)
     encoder = model.encoder.to(device).eval()
@@ -901,7 +903,7 @@ show(Transformer.embed)
 
 # %%
 V_PAPER = 37_000  # shared source-target BPE vocabulary, EN-DE (the paper)
-seed_everything(37)
+seed_everything(SEED + 37)
 start = time.perf_counter()
 base = make_model(V_PAPER, V_PAPER, tie_embeddings=True)  # on the CPU
 real_seconds = time.perf_counter() - start
@@ -1171,7 +1173,7 @@ show(Transformer.encode, Transformer.forward)
 # the decoder section, with 0 as padding.
 
 # %%
-seed_everything(11)
+seed_everything(SEED + 11)
 V = 11
 model = make_model(V, V, n_layers=2, d_model=32, d_ff=64, n_heads=4,
                    pad_id=PAD_ID).to(device).eval()
@@ -1201,8 +1203,8 @@ assert model.count_parameters() == (
 # %% [markdown]
 # The shapes are right; the numbers mean nothing yet. The weights are
 # random, so the model's "translation" is a confident-looking guess. Ask
-# it to copy the source, the task chapter 6 starts with, and its
-# cross-entropy is no better than picking uniformly among the 11 tokens
+# it to copy a source, the task chapter 6 starts with, and compare its
+# cross-entropy with picking uniformly among the 11 tokens
 # ($\ln 11 \approx 2.40$):
 
 # %%
@@ -1216,8 +1218,28 @@ print("wanted:        ", copy_src[0, 1:].tolist())
 print(f"cross-entropy: {loss.item():.2f}  (uniform guess: "
       f"{math.log(V):.2f})")
 
+# %% [markdown]
+# In the run shown it does no better than the uniform guess. Five
+# targets are a small sample, though, and with another seed
+# (`BOOK_SEED`) the same sentence can come out a little better. Over 256
+# random copy sentences the verdict no longer depends on the seed: the
+# untrained model is a *worse* guesser than the uniform guess, because
+# its logits are random, not flat (over twenty seeds, by 10% to 55%).
+
+# %%
+generator = torch.Generator().manual_seed(SEED + 13)
+symbols = torch.randint(3, V, (256, 4), generator=generator)  # (N, 4)
+sentences = torch.cat([torch.full((256, 1), 1), symbols,
+                       torch.full((256, 1), 2)], 1).to(device)  # (N, S)
+with torch.no_grad():
+    many_logits = model(sentences, sentences[:, :-1])  # (N, T, V)
+many_loss = F.cross_entropy(many_logits.reshape(-1, V),
+                            sentences[:, 1:].reshape(-1))
+print(f"cross-entropy over 256 sentences: {many_loss.item():.2f}  "
+      f"(uniform guess: {math.log(V):.2f})")
+
 # %% tags=["remove-cell"]
-assert loss.item() > 0.9 * math.log(V)
+assert many_loss.item() > 1.05 * math.log(V)  # 1.10 or more in 20 seeds
 
 # %% [markdown]
 # [Chapter 6](06_training) trains models like this one, starting with

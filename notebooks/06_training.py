@@ -56,6 +56,7 @@ from torch.optim.lr_scheduler import LambdaLR
 import transformer_lite
 from transformer_lite import default_device, make_model, seed_everything
 from transformer_lite.decoding import exact_match, greedy_decode
+from transformer_lite.device import book_seed
 from transformer_lite.tasks.copy_task import (
     FIRST_SYMBOL_ID,
     copy_task_batches,
@@ -81,9 +82,11 @@ from transformer_lite.training.checkpoint import (
 from transformer_lite.viz import heads_chart, heatmap, mask_chart
 
 device = default_device()
-seed_everything(0)
+SEED = book_seed()  # BOOK_SEED from the environment; the book uses 0
+seed_everything(SEED)
 print(f"python {platform.python_version()}, torch {torch.__version__}")
 print(f"transformer_lite {transformer_lite.__version__}, device: {device}")
+print(f"BOOK_SEED={SEED}")
 
 
 def show(*objects) -> None:
@@ -139,7 +142,8 @@ def tokens(row: torch.Tensor) -> str:
     return " ".join(TOKEN_NAMES.get(i, str(i)) for i in row.tolist())
 
 
-examples = copy_task_sequences(4, 6, V, generator_or_seed=1, min_len=2)
+examples = copy_task_sequences(4, 6, V, generator_or_seed=SEED + 1,
+                               min_len=2)
 print(examples.shape)  # (N, 6 + 2): BOS, up to 6 symbols, EOS
 for row in examples:
     print(tokens(row))
@@ -185,9 +189,10 @@ batch = Batch(examples, examples, PAD_ID)  # the copy task: src == tgt
 print(batch)
 for name in ("src", "tgt_in", "tgt_out", "src_mask", "tgt_mask"):
     print(f"{name:9}{tuple(getattr(batch, name).shape)}")
-print("\nrow 1, aligned: decoder input -> the token it must predict")
-print("tgt_in :", tokens(batch.tgt_in[1]))
-print("tgt_out:", tokens(batch.tgt_out[1]))
+row = int((examples != PAD_ID).sum(1).argmin())  # the shortest row
+print(f"\nrow {row}, aligned: decoder input -> the token it must predict")
+print("tgt_in :", tokens(batch.tgt_in[row]))
+print("tgt_out:", tokens(batch.tgt_out[row]))
 
 # %% tags=["remove-cell"]
 B, S = examples.shape
@@ -204,20 +209,22 @@ assert batch.n_tokens == int((examples[:, 1:] != PAD_ID).sum())
 assert batch.n_tokens < batch.tgt_out.numel()  # some targets are padding
 
 # %% [markdown]
-# Read row 1 column by column: under `<s>` stands the first symbol, under
-# each symbol the next one, under the last symbol `</s>`. Where the input
-# is `</s>` or padding, the target is padding, and those positions count
-# for nothing: `n_tokens` leaves them out. The target mask combines the
-# causal triangle with the padding of `tgt_in`, so the padded keys at the
-# right are dark in no row:
+# Read the shortest row, printed above, column by column: under `<s>`
+# stands the first symbol, under each symbol the next one, under the last
+# symbol `</s>`. Where the input is `</s>` or padding, the target is
+# padding, and those positions count for nothing: `n_tokens` leaves them
+# out. The target mask combines the causal triangle with the padding of
+# `tgt_in`, so the padded keys at the right are dark in no row:
 
 # %%
-mask_chart(batch.tgt_mask[1], title="tgt_mask of row 1 (True = may attend)")
+mask_chart(batch.tgt_mask[row],
+           title=f"tgt_mask of row {row} (True = may attend)")
 
 # %% tags=["remove-cell"]
-row_len = int((examples[1] != PAD_ID).sum())  # BOS, symbols, EOS
-assert not batch.tgt_mask[1, :, row_len:].any()  # padded keys: never
-assert torch.equal(batch.tgt_mask[1, :row_len, :row_len],
+row_len = int((examples[row] != PAD_ID).sum())  # BOS, symbols, EOS
+assert row_len < T  # the row has padded keys to show
+assert not batch.tgt_mask[row, :, row_len:].any()  # padded keys: never
+assert torch.equal(batch.tgt_mask[row, :row_len, :row_len],
                    torch.ones(row_len, row_len).tril().bool())
 
 # %% [markdown]
@@ -497,7 +504,7 @@ loss_fn = LabelSmoothingLoss(V, PAD_ID, smoothing, reduction="sum")
 
 # %%
 def one_step(batches: list[Batch], accumulate: int) -> nn.Module:
-    seed_everything(3)
+    seed_everything(SEED + 3)
     model = make_model(V, V, n_layers=1, d_model=16, d_ff=32, n_heads=2,
                        dropout=0.0).double()
     sgd = torch.optim.SGD(model.parameters(), lr=0.5)
@@ -506,7 +513,7 @@ def one_step(batches: list[Batch], accumulate: int) -> nn.Module:
     return model
 
 
-whole = copy_task_batches(1, 64, SEQ_LEN, V, 5, min_len=MIN_LEN)
+whole = copy_task_batches(1, 64, SEQ_LEN, V, SEED + 5, min_len=MIN_LEN)
 pieces = [Batch(whole[0].src[i:i + 16], whole[0].tgt[i:i + 16], PAD_ID)
           for i in range(0, 64, 16)]
 big, accumulated = one_step(whole, 1), one_step(pieces, 4)
@@ -586,21 +593,21 @@ def rms(t: torch.Tensor) -> float:
     return t.pow(2).mean().sqrt().item()
 
 
-glorot = copy_model(6, small_embeddings=False)
+glorot = copy_model(SEED + 6, small_embeddings=False)
 positions = glorot.positional.table[:SEQ_LEN + 2]  # (L, C)
 scale = math.sqrt(D_MODEL)
 print(f"RMS of the positional encodings:       {rms(positions):.2f}")
 print(f"RMS of scaled embeddings, Glorot init: "
       f"{rms(glorot.src_embed.weight) * scale:.2f}")
 print(f"RMS of scaled embeddings, std {EMBED_STD}:   "
-      f"{rms(copy_model(6).src_embed.weight) * scale:.2f}")
+      f"{rms(copy_model(SEED + 6).src_embed.weight) * scale:.2f}")
 
 # %% tags=["remove-cell"]
 glorot_rms = rms(glorot.src_embed.weight) * scale
 assert abs(rms(positions) - 0.71) < 0.03
 assert abs(glorot_rms - math.sqrt(2 / (V + D_MODEL)) * scale) < 0.1
 assert 1.2 < glorot_rms < 1.4
-assert rms(copy_model(6).src_embed.weight) * scale < 0.5
+assert rms(copy_model(SEED + 6).src_embed.weight) * scale < 0.5
 
 # %% [markdown]
 # Now the optimizer, the data and the held-out set. Validation uses 256
@@ -615,10 +622,10 @@ def adam(model: nn.Module) -> torch.optim.Adam:
                             eps=1e-9)
 
 
-model = copy_model(seed=6)
+model = copy_model(SEED + 6)
 optimizer = adam(model)
 scheduler = noam_scheduler(optimizer, D_MODEL, WARMUP, factor=0.5)
-data_generator = torch.Generator().manual_seed(7)
+data_generator = torch.Generator().manual_seed(SEED + 7)
 
 
 def train_batches() -> list[Batch]:
@@ -627,7 +634,7 @@ def train_batches() -> list[Batch]:
                              min_len=MIN_LEN, device=device)
 
 
-val_batches = copy_task_batches(4, 64, SEQ_LEN, V, 8, min_len=MIN_LEN,
+val_batches = copy_task_batches(4, 64, SEQ_LEN, V, SEED + 8, min_len=MIN_LEN,
                                 device=device)
 held_out = copy_task_held_out(1000, SEQ_LEN, V, min_len=MIN_LEN,
                               device=device)
@@ -828,8 +835,8 @@ assert shifted.min().item() > 0.5
 
 # %%
 PEAK, RAMP, DEEP = 1e-2, 50, dict(n_layers=4, d_model=32, d_ff=64)
-deep_batches = copy_task_batches(100, 32, SEQ_LEN, V, 9, min_len=MIN_LEN,
-                                 device=device)
+deep_batches = copy_task_batches(100, 32, SEQ_LEN, V, SEED + 9,
+                                 min_len=MIN_LEN, device=device)
 factor = PEAK * math.sqrt(DEEP["d_model"] * RAMP)  # peak lr == PEAK
 
 
@@ -842,8 +849,8 @@ class NoRamp:
 
 
 def ln_run(norm_first: bool, warm_up: bool) -> list[float]:
-    model = copy_model(10, small_embeddings=False, norm_first=norm_first,
-                       **DEEP)
+    model = copy_model(SEED + 10, small_embeddings=False,
+                       norm_first=norm_first, **DEEP)
     optimizer = adam(model)
     if warm_up:
         scheduler = noam_scheduler(optimizer, DEEP["d_model"], RAMP, factor)
@@ -904,36 +911,45 @@ for (norm_first, warm_up), value in final.items():
           f"{'warm-up   ' if warm_up else 'no warm-up'}  "
           f"loss over the last 10 steps: {value:.3f}")
 print(f"constant guess: {guess:.3f}")
+post_cold = final[False, False]
+print(f"post-LN without warm-up ends {post_cold - guess:+.3f} from the guess")
 
 # %% tags=["remove-cell"]
 assert all(math.isfinite(x) for losses in ln_losses.values() for x in losses)
 assert all(min(smooth(losses)[:15]) < guess + 0.15
            for losses in ln_losses.values())  # all reach the guess early
-post_warm, post_cold = final[False, True], final[False, False]
+# Margins from BOOK_SEED 0 to 19 (the smallest gap seen, in brackets).
+post_warm = final[False, True]
 pre_warm, pre_cold = final[True, True], final[True, False]
-assert abs(post_cold - guess) < 0.1  # post-LN, no warm-up: nothing learnt
-assert post_warm < guess - 0.2  # warm-up rescues post-LN, partly
-assert max(pre_warm, pre_cold) < min(post_warm, post_cold) - 0.1
-assert pre_cold < guess - 0.5  # pre-LN learns without warm-up
-assert pre_warm < pre_cold  # and warm-up still helps it here
+assert post_cold > max(post_warm, pre_warm, pre_cold) + 0.15  # (0.22)
+assert post_warm < guess - 0.2  # warm-up rescues post-LN, partly (0.42)
+assert max(pre_warm, pre_cold) < min(post_warm, post_cold) - 0.05  # (0.08)
+assert pre_cold < guess - 0.5  # pre-LN learns without warm-up (0.72)
+assert pre_warm < pre_cold  # and warm-up still helps it (0.001)
 
 # %% [markdown]
-# The reading, for this run:
+# The reading, for this run and, while writing the chapter, for the
+# runs from twenty seeds (`BOOK_SEED` 0 to 19):
 #
 # - Every run first learns the cheap part, which tokens occur and how
 #   often, and reaches the constant-guess line within about 15 steps.
-# - **Post-LN without warm-up then learns nothing more**: its loss stays
-#   on the guess line for the rest of the run. This is the failure Xiong
-#   et al. describe, here at toy scale.
+# - **Post-LN without warm-up learns least.** In the run shown it learns
+#   nothing more: its loss stays on the guess line for the rest of the
+#   run (printed above). This is the failure Xiong et al. describe, here
+#   at toy scale. At this scale it is likely, not certain: in sixteen of
+#   the twenty seeds the run ended within 0.04 of the line, in the other
+#   four 0.05 to 0.31 below it, and always far above the same model
+#   with warm-up.
 # - **Warm-up rescues post-LN, but only partly**: it leaves the guess
 #   line, slowly.
 # - **Pre-LN learns with or without warm-up**, and both pre-LN runs end
 #   well below both post-LN runs.
-# - Warm-up still helps pre-LN a little at this learning rate: "trains
+# - Warm-up still helps pre-LN at this learning rate, in every one of
+#   the twenty seeds, though in two of them by less than 0.01: "trains
 #   without warm-up" does not mean "warm-up is useless".
 #
-# This is one seed, one task, 100 steps: an illustration of a known
-# result, not a measurement of it. Our copy recipe, one layer deep and
+# This is one task and 100 steps: an illustration of a known result, not
+# a measurement of it. Our copy recipe, one layer deep and
 # warmed up, trained its post-LN model without trouble; the difference
 # appears as depth and learning rate grow, which is where large models
 # live.
@@ -950,8 +966,8 @@ assert pre_warm < pre_cold  # and warm-up still helps it here
 # the best epoch back into the model.
 
 # %%
-small_model = copy_model(11, small_embeddings=False)
-small_set = copy_task_batches(1, 32, SEQ_LEN, V, 12, min_len=MIN_LEN,
+small_model = copy_model(SEED + 11, small_embeddings=False)
+small_set = copy_task_batches(1, 32, SEQ_LEN, V, SEED + 12, min_len=MIN_LEN,
                               device=device)  # one batch: 32 sequences
 small_history = fit(small_model, small_set, loss_fn,
                     torch.optim.Adam(small_model.parameters(), lr=3e-3),
@@ -1044,7 +1060,7 @@ assert torch.equal(again, predicted)
 # %%
 error = None
 try:
-    load_checkpoint(path, copy_model(seed=0, n_layers=2, d_model=32))
+    load_checkpoint(path, copy_model(SEED, n_layers=2, d_model=32))
 except ValueError as err:
     error = err
     message = str(err).replace(str(path), path.name)  # no temporary dir
@@ -1081,8 +1097,8 @@ checkpoint_dir.cleanup()
 #   heard; its cross-attention copies along the shifted diagonal. **Greedy
 #   decoding** decodes the rows of a batch independently.
 # - Deep, at a high learning rate, **post-LN without warm-up** learned
-#   nothing here, warm-up rescued it partly, and **pre-LN** trained with
-#   or without warm-up (Xiong et al., 2020).
+#   least (nothing, in the run shown), warm-up rescued it partly, and
+#   **pre-LN** trained with or without warm-up (Xiong et al., 2020).
 # - **Early stopping** restores the best epoch's weights; **checkpoints**
 #   load with `weights_only=True` and name any configuration mismatch.
 #
@@ -1104,6 +1120,6 @@ checkpoint_dir.cleanup()
 #    was the data, not the model's `max_len`.
 # 3. **How robust is the layer-norm comparison?** Run it again with
 #    the small token embeddings of the copy recipe
-#    (`small_embeddings=True`), then with seeds 11 and 12 in `ln_run`.
-#    Which of the five statements of the reading survive every run?
-#    Which one is the first to fail?
+#    (`small_embeddings=True`), then at other learning rates (`PEAK`)
+#    and with other seeds (`BOOK_SEED`). Which of the five statements
+#    of the reading survive every run? Which one is the first to fail?

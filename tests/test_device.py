@@ -2,9 +2,15 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
-from transformer_lite.device import default_device, no_tf32, seed_everything
+from transformer_lite.device import (
+    book_seed,
+    default_device,
+    no_tf32,
+    seed_everything,
+)
 
 
 def test_default_device_is_usable():
@@ -72,3 +78,19 @@ def test_no_tf32_turns_tf32_off_inside_and_restores_it():
         assert not torch.backends.cuda.matmul.allow_tf32
     finally:
         torch.backends.cudnn.allow_tf32 = False
+
+
+def test_book_seed_reads_the_environment(monkeypatch):
+    monkeypatch.delenv("BOOK_SEED", raising=False)
+    assert book_seed() == 0
+    monkeypatch.setenv("BOOK_SEED", "")
+    assert book_seed() == 0
+    monkeypatch.setenv("BOOK_SEED", " 2 ")
+    assert book_seed() == 2
+
+
+@pytest.mark.parametrize("value", ["one", "1.5", "-1", "0x1"])
+def test_book_seed_refuses_what_is_not_a_seed(monkeypatch, value):
+    monkeypatch.setenv("BOOK_SEED", value)
+    with pytest.raises(ValueError, match="BOOK_SEED must be a non-negative"):
+        book_seed()

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 __all__ = [
+    "book_seed",
     "default_device",
     "evaluating",
     "module_device",
@@ -32,6 +33,28 @@ def default_device() -> torch.device:
     if mps is not None and mps.is_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def book_seed() -> int:
+    """The book's seed: ``BOOK_SEED`` from the environment, 0 if unset.
+
+    Every chapter reads it once and derives all of its seeds from it, so
+    that ``BOOK_SEED=1`` reruns a chapter on another random path (see
+    ``make seed-sweep``). An empty value counts as unset.
+
+    Raises:
+        ValueError: if ``BOOK_SEED`` is not a non-negative integer.
+    """
+    value = os.environ.get("BOOK_SEED", "").strip() or "0"
+    try:
+        seed = int(value)
+    except ValueError:
+        seed = -1
+    if seed < 0:
+        raise ValueError(
+            f"BOOK_SEED must be a non-negative integer, got {value!r}"
+        )
+    return seed
 
 
 def seed_everything(seed: int) -> torch.Generator:
