@@ -8,6 +8,7 @@
 Masks follow the package convention: bool, True = may attend.
 """
 
+import contextlib
 import math
 
 import torch
@@ -19,9 +20,24 @@ from transformer_lite.masks import check_mask
 
 __all__ = [
     "MultiHeadAttention",
+    "fused_attention",
     "scaled_dot_product_attention",
     "set_fused_attention",
 ]
+
+
+def full_precision(device: torch.device) -> contextlib.AbstractContextManager:
+    """A context in which autocast is off on ``device``, so that a
+    product asked for in float32 really runs in float32."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype attention scores are computed in: float32 for 16-bit
+    inputs (as PyTorch's fused kernels accumulate), else the input's."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
@@ -53,7 +69,10 @@ def scaled_dot_product_attention(
     """softmax(Q K^T / sqrt(d_k)) V, written out one operation per line.
 
     A query row whose mask allows no key gets all-zero weights and a zero
-    output instead of NaN, in every floating dtype.
+    output instead of NaN, in every floating dtype. Q is divided by
+    sqrt(d_k) before the product and the scores are kept in float32 for
+    16-bit inputs, so no input that PyTorch's fused kernel handles
+    overflows here.
 
     Args:
         query, key, value: the three inputs; leading dimensions (batch,
@@ -68,7 +87,13 @@ def scaled_dot_product_attention(
     """
     _check_qkv(query, key, value)
     d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., Lq, Lk)
+    # Scale first, then multiply, in float32 (or float64): Q K^T alone can
+    # pass float16's largest value, 65504, where Q K^T / sqrt(d_k) does
+    # not, and bfloat16's 8 bits would blur scores that softmax amplifies.
+    with full_precision(query.device):
+        q = query.to(score_dtype(query.dtype)) / math.sqrt(d_k)
+        k = key.to(q.dtype)
+        scores = q @ k.transpose(-2, -1)  # (..., Lq, Lk)
     if mask is not None:
         check_mask(mask, scores.shape)
         # The most negative finite number, not -inf: a row with no allowed
@@ -78,6 +103,7 @@ def scaled_dot_product_attention(
     if mask is not None:
         # ... which is zeroed here, as are the (already ~0) masked entries.
         weights = weights.masked_fill(~mask, 0.0)
+    weights = weights.to(value.dtype)  # as the fused kernels multiply V
     if dropout is not None:
         weights = dropout(weights)
     return weights @ value, weights  # (..., Lq, Dv), (..., Lq, Lk)
@@ -213,15 +239,31 @@ class MultiHeadAttention(nn.Module):
     def _fused_attention(
         self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
     ) -> Tensor:
-        """PyTorch's fused kernel, with the same fully-masked-row rule."""
         p = self.dropout_p if self.training else 0.0
-        x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask, dropout_p=p
-        )
-        if mask is not None:
-            # A query row with no allowed key: zeros, as in the plain path.
-            x = x.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
-        return x
+        return fused_attention(q, k, v, mask, dropout_p=p)
+
+
+def fused_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+) -> Tensor:
+    """PyTorch's fused ``F.scaled_dot_product_attention`` with the
+    package's rule for a query row whose mask allows no key: a zero
+    output, as :func:`scaled_dot_product_attention` gives.
+
+    Shape:
+        as :func:`scaled_dot_product_attention`; output: (..., Lq, Dv).
+    """
+    x = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask, dropout_p=dropout_p
+    )
+    if mask is not None:
+        # A query row with no allowed key: zeros, as in the plain path.
+        x = x.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+    return x
 
 
 def set_fused_attention(model: nn.Module, fused: bool = True) -> int:
