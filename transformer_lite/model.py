@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lite.cache import DecoderCache
+from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import Decoder, Encoder
 from transformer_lite.masks import padding_mask, target_mask
 from transformer_lite.positional import SinusoidalPositionalEncoding
@@ -48,11 +49,11 @@ class TransformerConfig:
             "n_heads",
             "max_len",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"{name} must be a positive int, got {value!r}"
-                )
+            check_int(name, getattr(self, name), low=1)
+        check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_bool("norm_first", self.norm_first)
+        check_bool("tie_embeddings", self.tie_embeddings)
+        check_int("pad_id", self.pad_id)
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads "
@@ -60,8 +61,6 @@ class TransformerConfig:
             )
         if self.d_model % 2:
             raise ValueError(f"d_model must be even, got {self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         for name in ("src_vocab", "tgt_vocab"):
             if not 0 <= self.pad_id < getattr(self, name):
                 raise ValueError(
