@@ -162,6 +162,7 @@ class Transformer(nn.Module):
 
         With a ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the
         next positions; by default they may attend to every cached one.
+        A cache serves one ``memory``: another raises a ``ValueError``.
         """
         self._check_tokens(tgt, self.config.tgt_vocab, "tgt")
         if cache is None:
@@ -169,6 +170,7 @@ class Transformer(nn.Module):
                 tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
             x = self.embed(tgt, self.tgt_embed)  # (B, T, C)
             return self.decoder(x, memory, src_mask, tgt_mask)
+        cache.bind(memory)  # one cache, one source
         x = self.embed(tgt, self.tgt_embed, cache.length)  # (B, T_new, C)
         hidden = self.decoder(x, memory, src_mask, tgt_mask, cache)
         cache.length += tgt.size(1)
