@@ -76,6 +76,22 @@ class TransformerConfig:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def n_parameters(self) -> int:
+        """The parameters of the model this config builds, counted
+        without building it (equal to ``count_parameters()``)."""
+        d, f, N = self.d_model, self.d_ff, self.n_layers
+        attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O and biases
+        feed_forward = d * f + f + f * d + d
+        norm = 2 * d  # LayerNorm weight and bias
+        encoder = N * (attention + feed_forward + 2 * norm)
+        decoder = N * (2 * attention + feed_forward + 3 * norm)
+        final_norms = 2 * norm if self.norm_first else 0
+        embeddings = (self.src_vocab + self.tgt_vocab) * d
+        generator = self.tgt_vocab * d + self.tgt_vocab
+        if self.tie_embeddings:  # one matrix serves all three
+            embeddings, generator = self.src_vocab * d, self.tgt_vocab
+        return encoder + decoder + final_norms + embeddings + generator
+
 
 class Transformer(nn.Module):
     """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) plus
