@@ -96,3 +96,71 @@ def test_the_checks_themselves():
     ]:
         with pytest.raises(ValueError, match=message):
             call()
+
+
+def tiny_fit_setup():
+    from transformer_lite import make_model
+    from transformer_lite.training import Batch, LabelSmoothingLoss
+
+    model = make_model(9, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2)
+    batch = Batch(torch.randint(1, 9, (2, 4)), torch.randint(1, 9, (2, 5)), 0)
+    loss_fn = LabelSmoothingLoss(9, 0, reduction="sum")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, [batch], loss_fn, optimizer
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (dict(epochs=True), "epochs"),
+        (dict(accumulate=2.0), "accumulate"),
+        (dict(clip_norm=True), "clip_norm"),
+        (dict(clip_norm=float("inf")), "clip_norm"),
+        (dict(clip_norm="1"), "clip_norm"),
+        (dict(progress="no"), "progress"),
+        (dict(amp_dtype="bfloat16"), "amp_dtype"),
+    ],
+)
+def test_fit_checks_its_options_before_the_first_step(options, named):
+    from transformer_lite.training import fit
+
+    model, batches, loss_fn, optimizer = tiny_fit_setup()
+    before = [p.clone() for p in model.parameters()]
+    with pytest.raises(ValueError, match=named):
+        fit(model, batches, loss_fn, optimizer, **options)
+    after = list(model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (dict(norm_first="no"), "norm_first"),
+        (dict(steps=True), "steps"),
+        (dict(steps=0), "steps"),
+        (dict(keep_last=0), "keep_last"),
+        (dict(save_every=0), "save_every"),
+        (dict(batch_size=1.5), "batch_size"),
+        (dict(smoothing=1.0), "smoothing"),
+        (dict(digits_share=-0.1), "digits_share"),
+        (dict(lr_factor=0), "lr_factor"),
+        (dict(seed=None), "seed"),
+        (dict(src_vocab=4), "src_vocab"),
+        (dict(pair="en-de"), "pair"),
+        (dict(d_model=130), "divisible"),
+    ],
+)
+def test_translate_config_checks_every_field(fields, named):
+    from transformer_lite.tasks.trainer import TranslateConfig
+
+    with pytest.raises(ValueError, match=named):
+        TranslateConfig(**fields)
+
+
+@pytest.mark.parametrize("seed", [None, True, 1.0, -1])
+def test_number_splits_wants_an_int_seed(seed):
+    """seed=None drew different splits on every call."""
+    from transformer_lite.tasks.numbers import number_splits
+
+    with pytest.raises(ValueError, match="seed"):
+        number_splits(10, 2, 2, seed=seed)
