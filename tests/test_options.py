@@ -164,3 +164,73 @@ def test_number_splits_wants_an_int_seed(seed):
 
     with pytest.raises(ValueError, match="seed"):
         number_splits(10, 2, 2, seed=seed)
+
+
+@pytest.mark.parametrize(
+    "call, named",
+    [
+        (lambda: _mha(8.0, 2), "d_model"),
+        (lambda: _mha(8, 2, dropout=True), "dropout"),
+        (lambda: _mha(8, 2, fused="yes"), "fused"),
+        (lambda: _chunked(chunk_size=True), "chunk_size"),
+        (lambda: _sdpa_of_ints(), "floating"),
+        (lambda: sinusoidal_table(4, 8, dtype=torch.int64), "dtype"),
+        (lambda: _padding(True), "pad_id"),
+        (lambda: _noam(warmup=True), "warmup"),
+    ],
+)
+def test_more_options_found_while_trying_bad_input(call, named):
+    with pytest.raises(ValueError, match=named):
+        call()
+
+
+def _mha(*args, **kwargs):
+    from transformer_lite import MultiHeadAttention
+
+    return MultiHeadAttention(*args, **kwargs)
+
+
+def _chunked(**kwargs):
+    from transformer_lite import chunked_attention
+
+    q = torch.randn(2, 3, 4)
+    return chunked_attention(q, q, q, **kwargs)
+
+
+def _sdpa_of_ints():
+    from transformer_lite import scaled_dot_product_attention
+
+    q = torch.ones(1, 2, 4, dtype=torch.long)
+    return scaled_dot_product_attention(q, q, q)
+
+
+def _padding(pad_id):
+    from transformer_lite import padding_mask
+
+    return padding_mask(torch.ones(2, 3, dtype=torch.long), pad_id)
+
+
+def _noam(**kwargs):
+    from transformer_lite.training import noam_scheduler
+
+    optimizer = torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=1.0)
+    return noam_scheduler(optimizer, 16, **kwargs)
+
+
+def test_decoders_check_source_ids_on_the_cpu():
+    from transformer_lite import make_model
+    from transformer_lite.decoding import greedy_decode
+
+    model = make_model(10, 10, n_layers=1, d_model=8, d_ff=8, n_heads=2)
+    src = torch.full((2, 3), 15)  # an IndexError deep inside, before
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        greedy_decode(model, src, max_len=3, bos_id=1)
+
+
+def test_saving_into_a_missing_directory_says_so(tmp_path):
+    from transformer_lite import make_model
+    from transformer_lite.training import save_checkpoint
+
+    model = make_model(10, 10, n_layers=1, d_model=8, d_ff=8, n_heads=2)
+    with pytest.raises(ValueError, match="no directory"):
+        save_checkpoint(tmp_path / "missing" / "m.pt", model)

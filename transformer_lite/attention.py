@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lite.cache import KVCache
+from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.masks import check_mask
 
 __all__ = [
@@ -41,6 +42,10 @@ def score_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            what = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a floating tensor, got {what}")
     if query.dim() < 2 or not query.dim() == key.dim() == value.dim():
         raise ValueError(
             "query, key and value must have the same number of dimensions "
@@ -147,13 +152,16 @@ class MultiHeadAttention(nn.Module):
         fused: bool = False,
     ) -> None:
         super().__init__()
-        if d_model < 1 or n_heads < 1 or d_model % n_heads != 0:
+        check_int("d_model", d_model, low=1)
+        check_int("n_heads", n_heads, low=1)
+        if d_model % n_heads != 0:
             raise ValueError(
                 f"d_model ({d_model}) must be a positive multiple of "
                 f"n_heads ({n_heads})"
             )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_real("dropout", dropout, low=0.0, high=1.0, high_open=True)
+        check_bool("bias", bias)
+        check_bool("fused", fused)
         self.d_model = d_model
         self.h = n_heads
         self.d_k = d_model // n_heads

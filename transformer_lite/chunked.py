@@ -21,6 +21,7 @@ from transformer_lite.attention import (
     full_precision,
     score_dtype,
 )
+from transformer_lite.checks import check_int
 from transformer_lite.masks import check_mask
 
 __all__ = ["chunked_attention"]
@@ -84,8 +85,8 @@ def chunked_attention(
         ("chunk_size", chunk_size),
         ("query_chunk_size", query_chunk_size),
     ):
-        if size is not None and (not isinstance(size, int) or size < 1):
-            raise ValueError(f"{name} must be a positive int, got {size!r}")
+        if size is not None:
+            check_int(name, size, low=1)
     Lq, Lk = query.size(-2), key.size(-2)
     if mask is not None:
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])

@@ -10,6 +10,7 @@ from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.device import eval_twin, module_device
 from transformer_lite.masks import padding_mask
+from transformer_lite.tokens import check_token_ids, check_token_tensor
 
 __all__ = [
     "beam_search",
@@ -41,6 +42,9 @@ def _check_inputs(
             f"src must be a (B, S) tensor of token ids, got shape "
             f"{tuple(src.shape)}"
         )
+    check_token_tensor(src, "src")
+    if src.device.type == "cpu":  # reading ids on the CPU costs no sync
+        check_token_ids(src, model.config.src_vocab, "src")
     B, S = src.shape
     if src_mask is not None and (
         src_mask.dtype != torch.bool or src_mask.shape != (B, 1, S)

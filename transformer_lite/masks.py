@@ -65,6 +65,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
         tokens: (B, S); output: (B, 1, S), which broadcasts over queries.
     """
     check_token_tensor(tokens, "tokens")
+    check_int("pad_id", pad_id)
     return (tokens != pad_id).unsqueeze(1)  # (B, 1, S)
 
 

@@ -43,6 +43,8 @@ def sinusoidal_table(
     if check_int("d_model", d_model, low=2) % 2:
         raise ValueError(f"d_model must be even, got {d_model!r}")
     check_real("base", base, low=1.0)
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (C/2,)
     angle = pos / base ** (two_i / d_model)  # (L, C/2)

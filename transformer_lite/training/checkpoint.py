@@ -102,6 +102,8 @@ def _write_atomically(state: dict, path: Path) -> None:
     if path.is_dir():
         raise ValueError(f"cannot save a checkpoint to {path}: a directory")
     folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"cannot save {path}: no directory {folder}")
     fd, temporary = tempfile.mkstemp(
         dir=folder, prefix=f".{path.name}.", suffix=".tmp"
     )  # O_EXCL: a new file, whatever already exists
