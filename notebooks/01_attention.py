@@ -489,10 +489,37 @@ assert output.shape == (T, d_k) and weights.shape == (T, S)
 # the rest of the book uses. It is the three lines above plus two
 # things: an optional boolean mask (True = may attend; masks are the
 # subject of [chapter 2](02_masks)) and an optional dropout on the
-# weights, which the paper applies during training.
+# weights, which the paper applies during training. And one precaution:
+# it divides $Q$ by $\sqrt{d_k}$ *before* the product, and keeps the
+# scores in float32 when the inputs are 16-bit floats.
 
 # %%
 print(inspect.getsource(scaled_dot_product_attention))
+
+# %% [markdown]
+# The order matters in half precision. float16's largest number is
+# 65504: a query and a key of 64 entries equal to 33 have the dot
+# product $64 \cdot 33^2 = 69696$, which float16 cannot hold, while the
+# scaled score $69696 / 8 = 8712$ is an ordinary float16 number. Product
+# first, and the score is infinite and the output NaN; scale first, and
+# the output is what PyTorch's own kernel gives.
+
+# %%
+q16 = torch.full((1, 64), 33.0, dtype=torch.float16, device=device)
+k16 = torch.zeros(3, 64, dtype=torch.float16, device=device)  # (Lk, D)
+k16[0] = 33.0
+v16 = torch.randn(3, 4, device=device).half()  # (Lk, Dv)
+print("Q K^T in float16:", (q16 @ k16.T)[0].tolist())
+out16, _ = scaled_dot_product_attention(q16, k16, v16)
+print("ours:   ", out16[0].tolist())
+print("PyTorch:", F.scaled_dot_product_attention(q16, k16, v16)[0].tolist())
+
+# %% tags=["remove-cell"]
+assert (q16 @ k16.T)[0, 0].item() == float("inf")
+assert torch.isfinite(out16).all()
+torch.testing.assert_close(
+    out16, F.scaled_dot_product_attention(q16, k16, v16)
+)
 
 # %% [markdown]
 # PyTorch ships its own `torch.nn.functional.scaled_dot_product_attention`

@@ -360,3 +360,33 @@ def test_equals_a_plain_reference_on_random_models(seed, k, alpha):
         expected[1]
         / ((5 + len([t for t in tokens[1:] if t != PAD])) / 6) ** alpha
     )
+
+
+@pytest.mark.parametrize("max_len", [1, 2, 5])
+def test_bos_may_be_the_padding_id(max_len):
+    """bos_id == pad_id: no crash when nothing but BOS is decoded."""
+    model = MarkovModel({PAD: {A: 0.6, EOS: 0.4}, A: {EOS: 1.0}})
+    out = beam_search(
+        model, SRC, max_len=max_len, bos_id=PAD, eos_id=EOS, beam_size=2
+    )
+    assert out.size(0) == SRC.size(0) and 1 <= out.size(1) <= max_len
+    assert (out[:, 0] == PAD).all()
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (dict(length_penalty=math.inf), "length_penalty"),
+        (dict(length_penalty=math.nan), "length_penalty"),
+        (dict(length_penalty=True), "length_penalty"),
+        (dict(beam_size=True), "beam_size"),
+        (dict(beam_size=2.0), "beam_size"),
+        (dict(max_len=True), "max_len"),
+        (dict(eos_id=True), "eos_id"),
+        (dict(return_scores=1), "return_scores"),
+    ],
+)
+def test_rejects_infinite_penalty_bools_and_floats(options, named):
+    kwargs = dict(max_len=5, bos_id=BOS, eos_id=EOS) | options
+    with pytest.raises(ValueError, match=named):
+        beam_search(MarkovModel(TRAP), SRC, **kwargs)

@@ -183,3 +183,13 @@ def test_bucket_batches_are_reproducible_and_shuffled():
     assert any(
         not torch.equal(a.src, b.src) for a, b in zip(one, two, strict=True)
     )
+
+
+def test_read_tsv_drops_a_byte_order_mark(tmp_path):
+    """Editors on Windows start UTF-8 files with U+FEFF; it is not part
+    of the first source."""
+    path = tmp_path / "bom.tsv"
+    path.write_bytes("\ufeffeins\tone\nzwei\ttwo\n".encode())
+    assert read_tsv(path) == [("eins", "one"), ("zwei", "two")]
+    path.write_bytes("eins\tone\n\ufeffzwei\ttwo\n".encode())
+    assert read_tsv(path)[1][0] == "\ufeffzwei"  # only at the start

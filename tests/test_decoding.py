@@ -1,5 +1,7 @@
 """Tests for transformer_lite.decoding (chapter 6)."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 import torch
 from torch import nn
@@ -10,7 +12,7 @@ from transformer_lite import (
     padding_mask,
     seed_everything,
 )
-from transformer_lite.decoding import exact_match, greedy_decode
+from transformer_lite.decoding import beam_search, exact_match, greedy_decode
 
 V = 12
 PAD, BOS, EOS = 3, 1, 2  # a pad id other than 0: read from the config
@@ -238,3 +240,64 @@ def test_exact_match_pads_the_shorter_side():
         exact_match(predicted[:1], expected, PAD)
     with pytest.raises(ValueError, match=r"\(B, L\)"):
         exact_match(predicted[0], expected, PAD)
+
+
+def test_decoding_never_changes_the_models_mode():
+    """The decoders read the model and never switch it to eval mode and
+    back, which would race with another thread using it."""
+    model = make_model(V, V, n_layers=1, d_model=16, d_ff=32, n_heads=2)
+    model.train()
+    modes = []
+    hook = model.encoder.register_forward_pre_hook(
+        lambda module, args: modes.append(model.training)
+    )
+    src = torch.randint(4, V, (2, 5))
+    greedy_decode(model, src, max_len=4, bos_id=BOS)
+    beam_search(model, src, max_len=4, bos_id=BOS, eos_id=EOS, beam_size=2)
+    hook.remove()
+    assert modes == [True, True]  # the original stays in training mode
+    assert all(m.training for m in model.modules())
+
+
+def test_threads_decoding_one_model_in_training_mode_agree():
+    """Eight threads decode with one model (dropout 0.3, training mode):
+    every output equals the eval-mode output, and the mode stays."""
+    seed_everything(0)
+    model = make_model(
+        V, V, n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.3
+    ).train()
+    src = torch.randint(4, V, (3, 6))
+    expected = greedy_decode(model, src, max_len=8, bos_id=BOS)
+
+    def decode(_):
+        return [
+            greedy_decode(model, src, max_len=8, bos_id=BOS) for _ in range(5)
+        ]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        outputs = [ys for run in pool.map(decode, range(8)) for ys in run]
+    differ = sum(not torch.equal(ys, expected) for ys in outputs)
+    assert differ == 0, f"{differ} of {len(outputs)} outputs differ"
+    assert all(m.training for m in model.modules())
+    with torch.no_grad():
+        assert torch.equal(
+            expected, greedy_decode(model.eval(), src, max_len=8, bos_id=BOS)
+        )
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (dict(max_len=True), "max_len"),
+        (dict(bos_id=True), "bos_id"),
+        (dict(bos_id=1.0), "bos_id"),
+        (dict(eos_id=False), "eos_id"),
+        (dict(use_cache="yes"), "use_cache"),
+    ],
+)
+def test_greedy_rejects_bools_and_floats(options, named):
+    model = make_model(V, V, n_layers=1, d_model=16, d_ff=32, n_heads=2)
+    src = torch.randint(4, V, (2, 5))
+    kwargs = dict(max_len=4, bos_id=BOS) | options
+    with pytest.raises(ValueError, match=named):
+        greedy_decode(model, src, **kwargs)

@@ -123,3 +123,21 @@ def test_the_cache_runs_to_max_len_and_restores_the_mode():
     assert out.size(1) == 12  # every position of the positional table
     assert torch.equal(out, greedy_decode(model, src, max_len=12, bos_id=BOS))
     assert model.training  # the mode is restored
+
+
+def test_a_cache_refuses_the_memory_of_another_source():
+    """The cross-attention keys are computed once, from the first memory:
+    reusing the cache for another source would silently reuse them."""
+    model = model_for(norm_first=True, dtype=torch.float32).eval()
+    src = padded_source()
+    other = padded_source(seed=1)
+    bos = torch.full((src.size(0), 1), BOS)
+    with torch.no_grad():
+        memory = model.encode(src)
+        cache = model.new_cache()
+        model.decode(memory, padding_mask(src, PAD), bos, cache=cache)
+        model.decode(memory, padding_mask(src, PAD), bos, cache=cache)
+        with pytest.raises(ValueError, match="new_cache"):
+            model.decode(
+                model.encode(other), padding_mask(other, PAD), bos, cache=cache
+            )

@@ -1,8 +1,12 @@
 """Data-parallel training (chapter 7): two processes on the CPU (gloo)
 take the same step as one process on the whole global batch."""
 
+import datetime
 import os
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -59,6 +63,7 @@ def worker(rank: int, world_size: int, port: int, out: str) -> None:
         init_method=f"tcp://127.0.0.1:{port}",
         rank=rank,
         world_size=world_size,
+        timeout=datetime.timedelta(seconds=60),  # a stalled peer: fail
     )
     try:
         model, optimizer, loss_fn = setup()
@@ -83,6 +88,7 @@ def free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_two_processes_step_like_one(tmp_path):
     mp.spawn(worker, args=(2, free_port(), str(tmp_path)), nprocs=2)
     ranks = [
@@ -190,3 +196,39 @@ def test_one_process_per_gpu_uses_its_gpu(one_gpu, monkeypatch):
     torchrun_env(monkeypatch, rank=1, nproc=2)
     assert init_distributed() == torch.device("cuda:1")
     assert one_gpu == {"set_device": [torch.device("cuda:1")], "b": "nccl"}
+
+
+JOIN_ALONE = """
+from transformer_lite.training.distributed import init_distributed
+init_distributed("gloo", timeout=2)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_missing_peer_fails_after_the_timeout():
+    """Rank 0 of 2, and rank 1 never comes: with ``timeout=2`` joining
+    fails within seconds instead of blocking for 30 minutes."""
+    env = os.environ | dict(
+        WORLD_SIZE="2",
+        RANK="0",
+        LOCAL_RANK="0",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(free_port()),
+    )
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", JOIN_ALONE],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert done.returncode != 0
+    assert "Timed out" in done.stderr, done.stderr[-500:]
+    assert time.perf_counter() - start < 60
+
+
+@pytest.mark.parametrize("timeout", [0, -1, True, "60"])
+def test_timeout_must_be_positive_seconds(timeout):
+    with pytest.raises(ValueError, match="timeout"):
+        init_distributed("gloo", timeout=timeout)

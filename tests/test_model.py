@@ -151,3 +151,20 @@ def test_embeddings_are_scaled_by_sqrt_d_model_and_positioned():
     table = model.positional.table[:3]
     expected = model.src_embed(tokens) * 32**0.5 + table
     torch.testing.assert_close(model.embed(tokens, model.src_embed), expected)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(),
+        dict(norm_first=True),
+        dict(tie_embeddings=True),
+        dict(n_layers=3, d_ff=24, norm_first=True, tie_embeddings=True),
+    ],
+)
+def test_config_counts_parameters_without_building(fields):
+    """n_parameters() is what the checkpoint loader checks against its
+    limit before it allocates anything."""
+    sizes = dict(n_layers=2, d_model=8, d_ff=16, n_heads=2) | fields
+    config = TransformerConfig(13, 13, **sizes)
+    assert config.n_parameters() == Transformer(config).count_parameters()

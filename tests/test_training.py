@@ -168,6 +168,25 @@ def test_loss_stays_finite_at_extreme_confidence(dtype, scale):
         assert torch.isfinite(grad).all()
 
 
+@pytest.mark.parametrize("pad_logit", [-math.inf, -1e9, -1e30])
+def test_others_ignores_the_pad_logit_however_low(pad_logit):
+    """spread="others" puts no mass on padding, so the pad logit cannot
+    matter: -inf gives no NaN and -1e9 no cancellation error."""
+    loss_fn = LabelSmoothingLoss(V, PAD, 0.1, "others", reduction="sum")
+    logits = torch.randn(3, 5, V)  # float32, where -1e9 cancelled badly
+    targets = random_tokens(3, 5, seed=8)
+    logits[..., PAD] = pad_logit
+    logits.requires_grad_()
+    q = loss_fn.smoothed_targets(targets, torch.float64)
+    log_p = logits.detach().double().log_softmax(-1)
+    # the definition, summed only where q > 0 (0 * -inf is taken as 0)
+    by_definition = -(q * log_p).where(q > 0, 0.0).sum()
+    loss = loss_fn(logits, targets)
+    (grad,) = torch.autograd.grad(loss, logits)
+    assert torch.isfinite(loss) and torch.isfinite(grad).all()
+    torch.testing.assert_close(loss.detach().double(), by_definition)
+
+
 def test_all_padding_gives_zero_not_nan():
     logits = torch.randn(2, 3, V, requires_grad=True)
     targets = torch.full((2, 3), PAD)

@@ -142,3 +142,187 @@ def test_the_cli_translates_on_the_default_device(model_dir, monkeypatch):
     assert main(["--model-dir", str(model_dir), "einundzwanzig"]) == 0
     assert main(["train", "--model-dir", str(model_dir), *TINY]) == 0
     assert devices == [META, META]
+
+
+# ----------------------------------------------------------------------------
+# Every option checked before work starts; errors as one line, status 2
+
+
+def one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("python -m transformer_lite.tasks.translate")
+    return lines[0]
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Fail the test if training starts."""
+    import transformer_lite.tasks.translate as translate
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(translate, "train", refuse)
+
+
+@pytest.mark.parametrize(
+    "option, value, named",
+    [
+        ("--keep-last", "0", "keep_last"),
+        ("--steps", "0", "steps"),
+        ("--save-every", "0", "save_every"),
+        ("--warmup", "0", "warmup"),
+        ("--batch-size", "-1", "batch_size"),
+        ("--dropout", "1.5", "dropout"),
+        ("--lr-factor", "nan", "lr_factor"),
+        ("--n-heads", "3", "divisible"),
+        ("--max-digits", "400", "max_digits"),
+        ("--steps", "many", "invalid int"),
+    ],
+)
+def test_bad_train_options_fail_before_training(
+    tmp_path, capsys, no_training, option, value, named
+):
+    args = ["train", "--model-dir", str(tmp_path), *TINY, option, value]
+    assert main(args) == 2
+    assert named in one_error_line(capsys)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_directory_as_model_fails_before_training(
+    tmp_path, capsys, no_training
+):
+    (tmp_path / "here").mkdir()
+    args = ["train", "--model", str(tmp_path / "here"), *TINY]
+    assert main(args) == 2
+    assert "is a directory" in one_error_line(capsys)
+
+
+def test_a_tsv_line_longer_than_max_len_fails_before_step_one(
+    tmp_path, capsys
+):
+    corpus = tmp_path / "pairs.tsv"
+    long_line = " ".join(["eins zwei drei"] * 20)
+    corpus.write_text(f"eins\tone\n{long_line}\tone two\n", encoding="utf-8")
+    args = ["train", "--tsv", str(corpus), "--model", str(tmp_path / "m.pt")]
+    assert main([*args, *TINY, "--max-len", "16"]) == 2
+    message = one_error_line(capsys)
+    assert "pairs[1]: the source" in message and "max_len=16" in message
+    assert not (tmp_path / "m-checkpoints").exists()
+
+
+def test_commands_and_options_in_any_order(model_dir, capsys):
+    model = str(model_dir / "de-en.pt")
+    orders = [
+        ["text", "--model", model, "--beam-size", "1", "zwei"],
+        ["--beam-size", "1", "text", "zwei", "--model", model],
+        ["--model", model, "zwei", "--beam-size", "1"],
+    ]
+    outputs = []
+    for argv in orders:
+        capsys.readouterr()
+        assert main(argv) == 0
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] == outputs[2] and outputs[0].strip()
+    assert main(["--quiet", "text", "--model", model, "zwei"]) == 2
+    assert "--quiet: not an option of 'text'" in one_error_line(capsys)
+    assert main(["train", "--beam-size", "2", "--model", model]) == 2
+    assert "--beam-size" in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--beam-size", "0", "zwei"], "beam_size"),
+        (["--length-penalty", "inf", "zwei"], "length_penalty"),
+        (["--pair", "xx-en", "zwei"], "invalid choice"),
+        (["text"], "nothing to translate"),
+    ],
+)
+def test_bad_translate_options_are_one_line(model_dir, capsys, argv, named):
+    assert main(["--model-dir", str(model_dir), *argv]) == 2
+    assert named in one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"garbage", b"PK\x03\x04 truncated zip"],
+    ids=["empty", "garbage", "zip"],
+)
+def test_a_corrupt_model_file_is_one_line(tmp_path, capsys, content):
+    (tmp_path / "m.pt").write_bytes(content)
+    assert main(["--model", str(tmp_path / "m.pt"), "zwei"]) == 2
+    assert "cannot read checkpoint" in one_error_line(capsys)
+
+
+def test_a_model_file_without_tokenizers_is_one_line(tmp_path, capsys):
+    from transformer_lite import make_model
+    from transformer_lite.training.checkpoint import save_checkpoint
+
+    model = make_model(9, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2)
+    save_checkpoint(tmp_path / "m.pt", model, src_tokenizer="{not json")
+    assert main(["--model", str(tmp_path / "m.pt"), "zwei"]) == 2
+    assert "src_tokenizer" in one_error_line(capsys)
+
+
+def test_an_untranslatable_text_is_reported_and_the_others_translated(
+    model_dir, capsys
+):
+    translator = Translator.load(model_dir / "de-en.pt")
+    too_long = " ".join(["dreihundertzwölf"] * 30)  # > max_len=40 tokens
+    texts = ["zwei", too_long, "einundzwanzig"]
+    with pytest.raises(ValueError, match="text 1: .* more than the model"):
+        translator.translate(texts, beam_size=1)
+    capsys.readouterr()
+    argv = ["--model-dir", str(model_dir), "--beam-size", "1", *texts]
+    assert main(argv) == 1
+    out = capsys.readouterr()
+    lines = out.out.split("\n")[:3]
+    assert lines[1] == "" and lines[0] and lines[2]
+    assert [lines[0], lines[2]] == translator.translate(
+        [texts[0], texts[2]], beam_size=1
+    )
+    assert "text 2" in out.err and "Traceback" not in out.err
+
+
+@pytest.mark.parametrize(
+    "options, named",
+    [
+        (dict(batch_size=-1), "batch_size"),
+        (dict(batch_size=True), "batch_size"),
+        (dict(beam_size=0), "beam_size"),
+        (dict(length_penalty=float("inf")), "length_penalty"),
+    ],
+)
+def test_translator_checks_its_options(model_dir, options, named):
+    translator = Translator.load(model_dir / "de-en.pt")
+    with pytest.raises(ValueError, match=named):
+        translator.translate(["zwei"], **options)
+
+
+def test_no_traceback_and_no_carriage_returns_from_the_program(
+    model_dir, tmp_path
+):
+    """Run as a program with stderr to a pipe (a log): a bad file is one
+    line and status 2; training shows no progress bar, since nobody
+    watches, so no carriage returns reach the log."""
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"\x00" * 100)
+    program = [sys.executable, "-m", "transformer_lite.tasks.translate"]
+    done = subprocess.run(
+        [*program, "--model", str(bad), "zwei"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    tiny = [a for a in TINY if a != "--quiet"]
+    done = subprocess.run(
+        [*program, "train", "--model-dir", str(tmp_path), *tiny],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "\r" not in done.stderr and "\r" not in done.stdout

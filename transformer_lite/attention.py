@@ -8,6 +8,7 @@
 Masks follow the package convention: bool, True = may attend.
 """
 
+import contextlib
 import math
 
 import torch
@@ -15,16 +16,36 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lite.cache import KVCache
+from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.masks import causal_mask, check_mask
 
 __all__ = [
     "MultiHeadAttention",
+    "fused_attention",
     "scaled_dot_product_attention",
     "set_fused_attention",
 ]
 
 
+def full_precision(device: torch.device) -> contextlib.AbstractContextManager:
+    """A context in which autocast is off on ``device``, so that a
+    product asked for in float32 really runs in float32."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def score_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype attention scores are computed in: float32 for 16-bit
+    inputs (as PyTorch's fused kernels accumulate), else the input's."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, Tensor) or not x.is_floating_point():
+            what = x.dtype if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"{name} must be a floating tensor, got {what}")
     if query.dim() < 2 or not query.dim() == key.dim() == value.dim():
         raise ValueError(
             "query, key and value must have the same number of dimensions "
@@ -53,7 +74,10 @@ def scaled_dot_product_attention(
     """softmax(Q K^T / sqrt(d_k)) V, written out one operation per line.
 
     A query row whose mask allows no key gets all-zero weights and a zero
-    output instead of NaN, in every floating dtype.
+    output instead of NaN, in every floating dtype. Q is divided by
+    sqrt(d_k) before the product and the scores are kept in float32 for
+    16-bit inputs, so no input that PyTorch's fused kernel handles
+    overflows here.
 
     Args:
         query, key, value: the three inputs; leading dimensions (batch,
@@ -68,7 +92,13 @@ def scaled_dot_product_attention(
     """
     _check_qkv(query, key, value)
     d_k = query.size(-1)
-    scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., Lq, Lk)
+    # Scale first, then multiply, in float32 (or float64): Q K^T alone can
+    # pass float16's largest value, 65504, where Q K^T / sqrt(d_k) does
+    # not, and bfloat16's 8 bits would blur scores that softmax amplifies.
+    with full_precision(query.device):
+        q = query.to(score_dtype(query.dtype)) / math.sqrt(d_k)
+        k = key.to(q.dtype)
+        scores = q @ k.transpose(-2, -1)  # (..., Lq, Lk)
     if mask is not None:
         check_mask(mask, scores.shape)
         # The most negative finite number, not -inf: a row with no allowed
@@ -78,6 +108,7 @@ def scaled_dot_product_attention(
     if mask is not None:
         # ... which is zeroed here, as are the (already ~0) masked entries.
         weights = weights.masked_fill(~mask, 0.0)
+    weights = weights.to(value.dtype)  # as the fused kernels multiply V
     if dropout is not None:
         weights = dropout(weights)
     return weights @ value, weights  # (..., Lq, Dv), (..., Lq, Lk)
@@ -121,13 +152,16 @@ class MultiHeadAttention(nn.Module):
         fused: bool = False,
     ) -> None:
         super().__init__()
-        if d_model < 1 or n_heads < 1 or d_model % n_heads != 0:
+        check_int("d_model", d_model, low=1)
+        check_int("n_heads", n_heads, low=1)
+        if d_model % n_heads != 0:
             raise ValueError(
                 f"d_model ({d_model}) must be a positive multiple of "
                 f"n_heads ({n_heads})"
             )
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        check_real("dropout", dropout, low=0.0, high=1.0, high_open=True)
+        check_bool("bias", bias)
+        check_bool("fused", fused)
         self.d_model = d_model
         self.h = n_heads
         self.d_k = d_model // n_heads
@@ -234,26 +268,43 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None,
         is_causal: bool = False,
     ) -> Tensor:
-        """PyTorch's fused kernel, with the same fully-masked-row rule.
-
-        No mask at all (none, or causal alone, given as ``is_causal``)
-        lets a GPU choose FlashAttention, which takes no mask tensor."""
         p = self.dropout_p if self.training else 0.0
-        if mask is None:
-            return F.scaled_dot_product_attention(
-                q, k, v, dropout_p=p, is_causal=is_causal
-            )
-        if is_causal:
-            future = causal_mask(q.size(2), q.device)  # (1, Lq, Lk)
-            mask = mask & future  # (B, H or 1, Lq, Lk)
-        # A query row with no allowed key: the kernel sees every key for it
-        # (some CUDA kernels give NaN for an empty row, in the backward pass
-        # too), and its output is then zeroed, as in the plain path.
-        empty = ~mask.any(dim=-1, keepdim=True)  # (B, H or 1, Lq, 1)
-        x = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=mask | empty, dropout_p=p
+        return fused_attention(q, k, v, mask, dropout_p=p, is_causal=is_causal)
+
+
+def fused_attention(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+) -> Tensor:
+    """PyTorch's fused ``F.scaled_dot_product_attention`` with the
+    package's rule for a query row whose mask allows no key: a zero
+    output, as :func:`scaled_dot_product_attention` gives.
+
+    No mask at all (none, or causal alone, given as ``is_causal``) lets
+    a GPU choose FlashAttention, which takes no mask tensor.
+
+    Shape:
+        as :func:`scaled_dot_product_attention`; output: (..., Lq, Dv).
+    """
+    if mask is None:
+        return F.scaled_dot_product_attention(
+            query, key, value, dropout_p=dropout_p, is_causal=is_causal
         )
-        return x.masked_fill(empty, 0.0)
+    if is_causal:
+        future = causal_mask(query.size(-2), query.device)  # (1, Lq, Lk)
+        mask = mask & future  # (B, H or 1, Lq, Lk)
+    # A query row with no allowed key: the kernel sees every key for it
+    # (some CUDA kernels give NaN for an empty row, in the backward pass
+    # too), and its output is then zeroed, as in the plain path.
+    empty = ~mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
+    x = F.scaled_dot_product_attention(
+        query, key, value, attn_mask=mask | empty, dropout_p=dropout_p
+    )
+    return x.masked_fill(empty, 0.0)
 
 
 def set_fused_attention(model: nn.Module, fused: bool = True) -> int:

@@ -59,10 +59,28 @@ class LayerCache:
 
 @dataclass
 class DecoderCache:
-    """Caches of every decoder layer, and how many positions they hold."""
+    """Caches of every decoder layer, and how many positions they hold.
+
+    A cache belongs to one source: the cross-attention keys and values
+    are computed from the first ``memory`` it sees, and :meth:`bind`
+    refuses any other (a new source needs a new cache).
+    """
 
     layers: list[LayerCache]
     length: int = 0
+    memory: Tensor | None = None  # the encoder output it was built on
+
+    def bind(self, memory: Tensor) -> None:
+        """Remember ``memory`` on the first step; raise a ``ValueError``
+        if a later step passes another tensor."""
+        if self.memory is None:
+            self.memory = memory
+        elif memory is not self.memory:
+            raise ValueError(
+                "this cache holds the cross-attention keys and values of "
+                "another memory (source); start each source with a new "
+                "cache, model.new_cache()"
+            )
 
     @classmethod
     def empty(cls, n_layers: int) -> "DecoderCache":

@@ -16,7 +16,12 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from transformer_lite.attention import _check_qkv
+from transformer_lite.attention import (
+    _check_qkv,
+    full_precision,
+    score_dtype,
+)
+from transformer_lite.checks import check_int
 from transformer_lite.masks import check_mask
 
 __all__ = ["chunked_attention"]
@@ -80,8 +85,8 @@ def chunked_attention(
         ("chunk_size", chunk_size),
         ("query_chunk_size", query_chunk_size),
     ):
-        if size is not None and (not isinstance(size, int) or size < 1):
-            raise ValueError(f"{name} must be a positive int, got {size!r}")
+        if size is not None:
+            check_int(name, size, low=1)
     Lq, Lk = query.size(-2), key.size(-2)
     if mask is not None:
         batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
@@ -120,12 +125,21 @@ def _narrow(mask: Tensor | None, dim: int, start: int, stop: int):
 def _attend_block(
     q: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, chunk: int
 ) -> Tensor:
-    """The online softmax of one block of queries over every key chunk."""
+    """The online softmax of one block of queries over every key chunk,
+    accumulated in float32 (or float64) with autocast off."""
+    with full_precision(q.device):
+        return _online_softmax(q, key, value, mask, chunk)
+
+
+def _online_softmax(
+    q: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, chunk: int
+) -> Tensor:
     Lq, d_k, Dv = q.size(-2), q.size(-1), value.size(-1)
     batch = torch.broadcast_shapes(
         q.shape[:-2], key.shape[:-2], value.shape[:-2]
     )
-    acc = torch.promote_types(q.dtype, torch.float32)  # float32 or float64
+    acc = score_dtype(q.dtype)  # float32 or float64
+    q = q.to(acc) / math.sqrt(d_k)  # scaled before the products
     m = q.new_full(batch + (Lq, 1), -math.inf, dtype=acc)  # (..., Lq, 1)
     ell = q.new_zeros(batch + (Lq, 1), dtype=acc)  # (..., Lq, 1)
     o = q.new_zeros(batch + (Lq, Dv), dtype=acc)  # (..., Lq, Dv)
@@ -133,7 +147,7 @@ def _attend_block(
         stop = min(start + chunk, key.size(-2))
         k = key[..., start:stop, :]  # (..., c, D)
         v = value[..., start:stop, :]  # (..., c, Dv)
-        s = (q @ k.transpose(-2, -1)).to(acc) / math.sqrt(d_k)  # (.., Lq, c)
+        s = q @ k.to(acc).transpose(-2, -1)  # (..., Lq, c)
         if mask is not None:
             s = s.masked_fill(~_narrow(mask, -1, start, stop), -math.inf)
         # The result does not depend on the shift m (it cancels in o / l),

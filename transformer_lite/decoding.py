@@ -7,8 +7,10 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lite.cache import DecoderCache
-from transformer_lite.device import evaluating, module_device
+from transformer_lite.checks import check_bool, check_int, check_real
+from transformer_lite.device import eval_twin, module_device
 from transformer_lite.masks import padding_mask
+from transformer_lite.tokens import check_token_ids, check_token_tensor
 
 __all__ = [
     "beam_search",
@@ -19,7 +21,9 @@ __all__ = [
 
 
 def _check_id(value: object, name: str, vocab: int) -> None:
-    if not isinstance(value, int) or not 0 <= value < vocab:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an int token id, got {value!r}")
+    if not 0 <= value < vocab:
         raise ValueError(
             f"{name} must be a token id in [0, {vocab}), got {value!r}"
         )
@@ -38,6 +42,9 @@ def _check_inputs(
             f"src must be a (B, S) tensor of token ids, got shape "
             f"{tuple(src.shape)}"
         )
+    check_token_tensor(src, "src")
+    if src.device.type == "cpu":  # reading ids on the CPU costs no sync
+        check_token_ids(src, model.config.src_vocab, "src")
     B, S = src.shape
     if src_mask is not None and (
         src_mask.dtype != torch.bool or src_mask.shape != (B, 1, S)
@@ -48,7 +55,11 @@ def _check_inputs(
             f"{tuple(src_mask.shape)}"
         )
     longest = model.config.max_len
-    if not isinstance(max_len, int) or not 1 <= max_len <= longest:
+    if (
+        isinstance(max_len, bool)
+        or not isinstance(max_len, int)
+        or not 1 <= max_len <= longest
+    ):
         raise ValueError(
             f"max_len must be an int in [1, {longest}] (the model's "
             f"max_len), got {max_len!r}"
@@ -110,8 +121,13 @@ def greedy_decode(
     step. A row that emits ``eos_id`` is finished: its later positions
     hold ``model.config.pad_id``, and decoding stops when every row has
     finished or the output is ``max_len`` tokens long. Rows do not
-    influence each other: each equals the row decoded alone. Runs under
-    ``torch.no_grad()`` in eval mode; the model's mode is restored.
+    influence each other: each equals the row decoded alone.
+
+    Runs under ``torch.no_grad()`` without dropout, and never changes the
+    model: a model in training mode is decoded through an eval-mode twin
+    sharing its weights (:func:`~transformer_lite.device.eval_twin`), so
+    several threads may decode with one model, or one may decode while
+    another trains it.
 
     Args:
         model: a :class:`~transformer_lite.model.Transformer` (anything
@@ -130,13 +146,15 @@ def greedy_decode(
         src: (B, S); src_mask: (B, 1, S); output: (B, L), L <= max_len.
     """
     _check_inputs(model, src, src_mask, max_len, bos_id, eos_id)
+    check_bool("use_cache", use_cache)
     device = module_device(model)
     src = src.to(device)
     if src_mask is None:
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, S)
     src_mask = src_mask.to(device)
     B = src.size(0)
-    with evaluating(model):
+    model = eval_twin(model)  # never model.eval(): model may be shared
+    with torch.no_grad():
         memory = model.encode(src, src_mask)  # (B, S, C)
         ys = torch.full((B, 1), bos_id, device=device)  # (B, 1)
         finished = torch.zeros(B, dtype=torch.bool, device=device)
@@ -224,15 +242,16 @@ def beam_search(
     is finished: it stays a candidate, extended by padding at no cost.
     Decoding stops when every kept hypothesis has finished or the output
     is ``max_len`` tokens long; each source returns its best hypothesis.
-    ``beam_size=1`` is greedy decoding. Runs under ``torch.no_grad()`` in
-    eval mode; the model's mode is restored.
+    ``beam_size=1`` is greedy decoding. Like :func:`greedy_decode`, it
+    runs without gradients or dropout and never changes the model.
 
     Args:
         model: a :class:`~transformer_lite.model.Transformer` (``encode``,
             ``decode`` with a ``cache``, ``new_cache``, ``generator``).
         src, src_mask, max_len, bos_id, eos_id: as :func:`greedy_decode`.
         beam_size: k, hypotheses kept per source.
-        length_penalty: alpha; 0 ranks by log-probability alone.
+        length_penalty: alpha, a finite number >= 0; 0 ranks by
+            log-probability alone.
         return_scores: also return the best hypotheses' scores.
 
     Shape:
@@ -240,16 +259,17 @@ def beam_search(
         padded with ``model.config.pad_id`` after EOS; scores: (B,).
     """
     _check_inputs(model, src, src_mask, max_len, bos_id, eos_id)
-    if not isinstance(beam_size, int) or beam_size < 1:
-        raise ValueError(f"beam_size must be an int >= 1, got {beam_size!r}")
-    if not length_penalty >= 0:
-        raise ValueError(f"length_penalty must be >= 0: {length_penalty}")
+    check_int("beam_size", beam_size, low=1)
+    # inf would make every score -0 (or NaN): an arbitrary winner
+    check_real("length_penalty", length_penalty, low=0.0)
+    check_bool("return_scores", return_scores)
     device = module_device(model)
     src = src.to(device)
     if src_mask is None:
         src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, S)
     src_mask = src_mask.to(device)
-    with evaluating(model):
+    model = eval_twin(model)  # never model.eval(): model may be shared
+    with torch.no_grad():
         ys, scores = _beam_search(
             model,
             src,
@@ -311,6 +331,8 @@ def _beam_search(model, src, src_mask, max_len, bos_id, eos_id, k, alpha):
     score = (log_p / gnmt_length_penalty(length, alpha)).view(B, k)
     best_score, best = score.max(dim=-1)  # (B,)
     ys = ys.view(B, k, -1)[torch.arange(B, device=device), best]  # (B, L)
-    # Columns that only finished hypotheses reached hold padding alone.
-    keep = int((ys != pad_id).any(dim=0).nonzero().max()) + 1
+    # Columns that only finished hypotheses reached hold padding alone;
+    # the first (BOS) stays, even when bos_id is the padding id.
+    used = (ys[:, 1:] != pad_id).any(dim=0).nonzero()  # (n, 1)
+    keep = 1 if used.numel() == 0 else int(used.max()) + 2
     return ys[:, :keep], best_score  # (B, L), (B,)

@@ -1,6 +1,7 @@
 """Where tensors live and how runs are made repeatable (all chapters)."""
 
 import contextlib
+import copy
 import os
 import random
 from collections.abc import Iterator
@@ -8,9 +9,12 @@ from collections.abc import Iterator
 import torch
 from torch import nn
 
+from transformer_lite.checks import check_int
+
 __all__ = [
     "book_seed",
     "default_device",
+    "eval_twin",
     "evaluating",
     "module_device",
     "no_tf32",
@@ -63,8 +67,7 @@ def seed_everything(seed: int) -> torch.Generator:
     Returns a ``torch.Generator`` seeded with the same value, for code that
     prefers an explicit generator to the global one.
     """
-    if not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    check_int("seed", seed, low=0, high=2**64 - 1)  # torch's range
     random.seed(seed)
     try:
         import numpy as np
@@ -118,3 +121,23 @@ def no_tf32() -> Iterator[None]:
     finally:
         torch.backends.cuda.matmul.allow_tf32 = matmul
         torch.backends.cudnn.allow_tf32 = cudnn
+
+
+def eval_twin(module: nn.Module) -> nn.Module:
+    """``module`` itself when it and every submodule are in eval mode;
+    otherwise a twin in eval mode: a shallow copy of every submodule, so
+    that it shares every parameter, buffer and setting with ``module``.
+
+    Unlike :func:`evaluating`, it never changes ``module``: another
+    thread may be training it or decoding with it at the same time. The
+    twin costs one Python object per submodule and no tensor memory.
+    """
+    if not any(m.training for m in module.modules()):
+        return module
+    twin = copy.copy(module)  # the same tensors, its own mode
+    twin._modules = {
+        name: None if child is None else eval_twin(child)
+        for name, child in module._modules.items()
+    }
+    twin.training = False
+    return twin

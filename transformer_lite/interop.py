@@ -78,6 +78,11 @@ def _check_layer(m: nn.Module, kind: type) -> None:
         )
     if m.norm1.eps != 1e-5 or not m.norm1.elementwise_affine:
         raise ValueError("only LayerNorm(eps=1e-5) with affine weights")
+    if m.linear1.bias is None or m.norm1.bias is None:
+        raise ValueError(
+            "only layers with biases (bias=True) are supported: ours "
+            "always have them"
+        )
     _check_mha(m.self_attn)
 
 

@@ -10,6 +10,7 @@ and ``nn.Transformer`` use the opposite (True = masked out);
 import torch
 from torch import Tensor
 
+from transformer_lite.checks import check_int
 from transformer_lite.tokens import check_token_tensor
 
 __all__ = [
@@ -32,8 +33,7 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
     Shape:
         output: (1, L, L), bool, True on and below the diagonal.
     """
-    if not isinstance(size, int) or size < 1:
-        raise ValueError(f"size must be a positive int, got {size!r}")
+    check_int("size", size, low=1)
     ones = torch.ones(size, size, dtype=torch.bool, device=device)
     return torch.tril(ones).unsqueeze(0)  # (1, L, L)
 
@@ -49,8 +49,7 @@ def local_mask(
     Shape:
         output: (1, L, L), bool.
     """
-    if not isinstance(window, int) or window < 1:
-        raise ValueError(f"window must be a positive int, got {window!r}")
+    check_int("window", window, low=1)
     mask = causal_mask(size, device)  # (1, L, L)
     return mask & ~torch.tril(mask, diagonal=-window)
 
@@ -66,6 +65,7 @@ def padding_mask(tokens: Tensor, pad_id: int) -> Tensor:
         tokens: (B, S); output: (B, 1, S), which broadcasts over queries.
     """
     check_token_tensor(tokens, "tokens")
+    check_int("pad_id", pad_id)
     return (tokens != pad_id).unsqueeze(1)  # (B, 1, S)
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lite.cache import DecoderCache
+from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import Decoder, Encoder
 from transformer_lite.masks import padding_mask, target_mask
 from transformer_lite.positional import SinusoidalPositionalEncoding
@@ -48,11 +49,11 @@ class TransformerConfig:
             "n_heads",
             "max_len",
         ):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"{name} must be a positive int, got {value!r}"
-                )
+            check_int(name, getattr(self, name), low=1)
+        check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_bool("norm_first", self.norm_first)
+        check_bool("tie_embeddings", self.tie_embeddings)
+        check_int("pad_id", self.pad_id)
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads "
@@ -60,8 +61,6 @@ class TransformerConfig:
             )
         if self.d_model % 2:
             raise ValueError(f"d_model must be even, got {self.d_model}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         for name in ("src_vocab", "tgt_vocab"):
             if not 0 <= self.pad_id < getattr(self, name):
                 raise ValueError(
@@ -76,6 +75,22 @@ class TransformerConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def n_parameters(self) -> int:
+        """The parameters of the model this config builds, counted
+        without building it (equal to ``count_parameters()``)."""
+        d, f, N = self.d_model, self.d_ff, self.n_layers
+        attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O and biases
+        feed_forward = d * f + f + f * d + d
+        norm = 2 * d  # LayerNorm weight and bias
+        encoder = N * (attention + feed_forward + 2 * norm)
+        decoder = N * (2 * attention + feed_forward + 3 * norm)
+        final_norms = 2 * norm if self.norm_first else 0
+        embeddings = (self.src_vocab + self.tgt_vocab) * d
+        generator = self.tgt_vocab * d + self.tgt_vocab
+        if self.tie_embeddings:  # one matrix serves all three
+            embeddings, generator = self.src_vocab * d, self.tgt_vocab
+        return encoder + decoder + final_norms + embeddings + generator
 
 
 class Transformer(nn.Module):
@@ -163,6 +178,7 @@ class Transformer(nn.Module):
 
         With a ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the
         next positions; by default they may attend to every cached one.
+        A cache serves one ``memory``: another raises a ``ValueError``.
         """
         self._check_tokens(tgt, self.config.tgt_vocab, "tgt")
         if cache is None:
@@ -170,6 +186,7 @@ class Transformer(nn.Module):
                 tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
             x = self.embed(tgt, self.tgt_embed)  # (B, T, C)
             return self.decoder(x, memory, src_mask, tgt_mask)
+        cache.bind(memory)  # one cache, one source
         x = self.embed(tgt, self.tgt_embed, cache.length)  # (B, T_new, C)
         hidden = self.decoder(x, memory, src_mask, tgt_mask, cache)
         cache.length += tgt.size(1)

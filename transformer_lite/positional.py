@@ -12,6 +12,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from transformer_lite.checks import check_int, check_real
+
 __all__ = [
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
@@ -37,12 +39,12 @@ def sinusoidal_table(
     Shape:
         output: (max_len, C).
     """
-    if not isinstance(max_len, int) or max_len < 1:
-        raise ValueError(f"max_len must be a positive int, got {max_len!r}")
-    if not isinstance(d_model, int) or d_model < 2 or d_model % 2:
-        raise ValueError(
-            f"d_model must be a positive even int, got {d_model!r}"
-        )
+    check_int("max_len", max_len, low=1)
+    if check_int("d_model", d_model, low=2) % 2:
+        raise ValueError(f"d_model must be even, got {d_model!r}")
+    check_real("base", base, low=1.0)
+    if not dtype.is_floating_point:
+        raise ValueError(f"dtype must be a floating dtype, got {dtype}")
     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (C/2,)
     angle = pos / base ** (two_i / d_model)  # (L, C/2)
@@ -60,6 +62,7 @@ def _check_length(
             f"expected input of shape (B, L, d_model={d_model}), "
             f"got {tuple(x.shape)}"
         )
+    check_int("offset", offset, low=0)
     if offset + x.size(1) > max_len:
         raise ValueError(
             f"sequence length {offset + x.size(1)} is longer than the "

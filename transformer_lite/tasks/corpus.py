@@ -41,14 +41,16 @@ def check_sizes(**sizes: int) -> None:
 
 def read_tsv(path: str) -> list[tuple[str, str]]:
     """Read a parallel corpus: one ``source<TAB>target`` pair per line,
-    UTF-8 (e.g. ``paste train.de train.en > train.tsv`` for Multi30k).
-    Blank lines are skipped; any other malformed line raises a
-    ``ValueError`` naming its line number."""
+    UTF-8 (e.g. ``paste train.de train.en > train.tsv`` for Multi30k),
+    with or without a byte-order mark. Blank lines are skipped; any
+    other malformed line raises a ``ValueError`` naming its number."""
     pairs = []
     with open(path, "rb") as file:
         for number, raw in enumerate(file, 1):
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")
+                if number == 1:
+                    line = line.removeprefix("\ufeff")  # a byte-order mark
             except UnicodeDecodeError as err:
                 raise ValueError(
                     f"{path}, line {number}: not valid UTF-8 ({err.reason})"

@@ -6,6 +6,7 @@ import collections
 import functools
 import random
 
+from transformer_lite.checks import check_int
 from transformer_lite.extras import require
 from transformer_lite.tasks.corpus import check_sizes
 
@@ -20,6 +21,7 @@ __all__ = [
 ]
 
 MAX_DIGITS = 6  # numbers below a million by default
+MAX_DIGITS_LIMIT = 15  # num2words writes every number below 10**15
 LANGUAGES = {"de": "German", "en": "English", "fr": "French"}
 PAIRS = ("de-en", "fr-en")  # source-target, as the Annotated Transformer
 
@@ -53,7 +55,8 @@ def number_splits(
         ``{"train": [...], "valid": [...], "test": [...]}``.
     """
     check_sizes(n_train=n_train, n_valid=n_valid, n_test=n_test)
-    check_sizes(max_digits=max_digits)
+    check_int("max_digits", max_digits, low=1, high=MAX_DIGITS_LIMIT)
+    check_int("seed", seed, low=0)  # None would seed from the clock
     total = n_train + n_valid + n_test
     if total > 10**max_digits // 2:
         raise ValueError(

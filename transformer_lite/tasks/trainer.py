@@ -6,15 +6,18 @@ the command line (:mod:`transformer_lite.tasks.translate`) and
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.device import default_device, seed_everything
 from transformer_lite.model import Transformer, TransformerConfig
 from transformer_lite.tasks.corpus import bucket_batches
+from transformer_lite.tasks.numbers import MAX_DIGITS_LIMIT, PAIRS
+from transformer_lite.tasks.tokenizer import SPECIAL_TOKENS
 from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
 from transformer_lite.tasks.translator import Translator
 from transformer_lite.tokens import PAD_ID
@@ -32,6 +35,7 @@ from transformer_lite.training.step import train_step
 __all__ = [
     "TrainResult",
     "TranslateConfig",
+    "check_lengths",
     "default_model_dir",
     "train",
     "train_tokenizers",
@@ -65,6 +69,27 @@ class TranslateConfig:
     keep_last: int = 5  # ... of which this many are saved, to average
     max_len: int = 64  # longest sequence (positional table), in tokens
     seed: int = 0  # data, initialisation and batch order
+
+    def __post_init__(self) -> None:
+        """Every field checked by type and range, before any work."""
+        if self.pair not in PAIRS:
+            raise ValueError(f"pair must be one of {PAIRS}: {self.pair!r}")
+        lowest = dict(src_vocab=len(SPECIAL_TOKENS) + 1, seed=0)
+        lowest["tgt_vocab"] = lowest["src_vocab"]
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type is bool:
+                check_bool(f.name, value)
+            elif f.type is int:
+                high = MAX_DIGITS_LIMIT if f.name == "max_digits" else None
+                check_int(f.name, value, low=lowest.get(f.name, 1), high=high)
+        check_real("digits_share", self.digits_share, low=0.0, high=1.0)
+        for name in ("dropout", "smoothing"):
+            check_real(name, getattr(self, name), low=0.0, high=1.0,
+                       high_open=True)  # fmt: skip
+        if not check_real("lr_factor", self.lr_factor, low=0.0) > 0:
+            raise ValueError(f"lr_factor must be > 0, got {self.lr_factor}")
+        self.model_config(self.src_vocab, self.tgt_vocab)  # d_model, heads
 
     def model_config(
         self, src_vocab: int, tgt_vocab: int
@@ -115,6 +140,27 @@ def train_tokenizers(
     )
 
 
+def check_lengths(
+    pairs: Sequence[tuple[str, str]],
+    src_ids: list[list[int]],
+    tgt_ids: list[list[int]],
+    max_len: int,
+    name: str,
+) -> None:
+    """Raise a ``ValueError`` naming the first pair whose source or
+    target has more than ``max_len`` tokens: the positional table ends
+    there, so such a pair would stop training at a random step."""
+    for i, (src, tgt) in enumerate(zip(src_ids, tgt_ids, strict=True)):
+        for side, ids, text in (("source", src, pairs[i][0]),
+                                ("target", tgt, pairs[i][1])):  # fmt: skip
+            if len(ids) > max_len:
+                raise ValueError(
+                    f"{name}[{i}]: the {side} {text[:40]!r} is {len(ids)} "
+                    f"tokens long (BOS and EOS included), more than "
+                    f"max_len={max_len}; raise max_len or drop the pair"
+                )
+
+
 def train(
     pairs: Sequence[tuple[str, str]],
     config: TranslateConfig,
@@ -137,13 +183,26 @@ def train(
         tokenizers: ``(source, target)``; None trains them on ``pairs``.
         device: None: this rank's GPU under torchrun, else
             ``default_device()``.
+
+    Raises:
+        ValueError: before the first step, for a bad option or a pair
+            whose source or target is longer than ``config.max_len``
+            tokens (BOS and EOS included).
     """
+    if not isinstance(config, TranslateConfig):
+        raise ValueError(f"config must be a TranslateConfig: {config!r}")
+    check_bool("progress", progress)
+    if not pairs:
+        raise ValueError("pairs is empty: nothing to train on")
     seed_everything(config.seed)
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"out_dir {out_dir} exists and is not a directory")
     src_tok, tgt_tok = tokenizers or train_tokenizers(pairs, config)
     src_ids = [src_tok.encode(s) for s, _ in pairs]
     tgt_ids = [tgt_tok.encode(t) for _, t in pairs]
+    check_lengths(pairs, src_ids, tgt_ids, config.max_len, "pairs")
+    out_dir.mkdir(parents=True, exist_ok=True)
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         device = init_distributed()
@@ -162,13 +221,20 @@ def train(
     )
     V, eps = tgt_tok.vocab_size, config.smoothing
     loss_fn = LabelSmoothingLoss(V, PAD_ID, eps, reduction="sum")
+    if min(config.batch_size, len(pairs)) < world()[1]:
+        raise ValueError(
+            f"{world()[1]} processes need batches of at least as many "
+            f"rows: batch_size={config.batch_size}, {len(pairs)} pairs"
+        )
     valid = None
     if valid_pairs:
+        valid_src = [src_tok.encode(s) for s, _ in valid_pairs]
+        valid_tgt = [tgt_tok.encode(t) for _, t in valid_pairs]
+        check_lengths(
+            valid_pairs, valid_src, valid_tgt, config.max_len, "valid_pairs"
+        )
         valid = bucket_batches(
-            [src_tok.encode(s) for s, _ in valid_pairs],
-            [tgt_tok.encode(t) for _, t in valid_pairs],
-            config.batch_size,
-            config.seed,
+            valid_src, valid_tgt, config.batch_size, config.seed
         )
     result = TrainResult(Translator(model, src_tok, tgt_tok), [])
     generator = torch.Generator().manual_seed(config.seed)

@@ -1,17 +1,25 @@
 """The translator's command line (chapter 7)::
 
     python -m transformer_lite.tasks.translate train [--pair de-en|fr-en]
+    python -m transformer_lite.tasks.translate text "dreihundertzwölf"
     python -m transformer_lite.tasks.translate "dreihundertzwölf"
     torchrun --nproc_per_node=2 -m transformer_lite.tasks.translate train
 
+The first word is the command, ``train`` or ``text`` (the default: the
+words are the texts to translate); options may come before or after it.
 The model is saved to ``--model-dir`` (default: ``$XDG_CACHE_HOME`` or
 ``~/.cache``, then ``transformer-lite/``) as ``de-en.pt`` or ``fr-en.pt``,
 with its two tokenizers inside, and the checkpoints it averages in
-``de-en-checkpoints/``; ``--model FILE`` names another file.
-``--tsv FILE`` trains on your own corpus (``source<TAB>target`` lines)
-and saves ``FILE``'s name with ``.pt`` (translate with ``--model``).
+``de-en-checkpoints/``; ``--model FILE`` names another file. ``--tsv
+FILE`` trains on a corpus of ``source<TAB>target`` lines instead.
 Every field of :class:`~transformer_lite.tasks.trainer.TranslateConfig`
 is an option (``--steps 300``).
+
+Every option is checked before any work starts. An error is one line on
+stderr and exit status 2, never a traceback. A text that cannot be
+translated (too long for the model, say) gets its reason on stderr and
+an empty line on stdout, so that output line i still answers text i;
+the others are translated, and the exit status is 1.
 """
 
 import argparse
@@ -38,64 +46,107 @@ from transformer_lite.training.distributed import is_main_process
 __all__ = ["main"]
 
 PROG = "python -m transformer_lite.tasks.translate"
+COMMANDS = ("train", "text")
+TEXT_OPTIONS = {"beam_size": 4, "length_penalty": 0.6}
+TRAIN_ONLY = {f.name for f in fields(TranslateConfig)} - {"pair"}
+TRAIN_ONLY |= {"tsv", "quiet"}
 
 
-def _parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    prog = PROG
-    use = argparse.ArgumentParser(
-        prog=prog,
-        description="Translate number words with a trained "
-        f"model. Train one first: {prog} train --help",
+class UsageError(Exception):
+    """A bad command line; main prints it as one line."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print usage and exit
+        raise UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    """Options of both commands; those of one command default to
+    SUPPRESS, so that main can tell which were given."""
+    parser = _Parser(
+        prog=PROG,
+        description="Train a translator of number words (train), or "
+        "translate texts with a trained one (text, the default).",
+        argument_default=argparse.SUPPRESS,
     )
-    use.add_argument("texts", nargs="+", help="the sentences to translate")
-    use.add_argument("--beam-size", type=int, default=4)
-    use.add_argument("--length-penalty", type=float, default=0.6)
-    fit = argparse.ArgumentParser(
-        prog=f"{prog} train",
-        description="Train a translator; save the "
-        "average of its last checkpoints.",
+    parser.add_argument(
+        "words", nargs="*", default=[], help="train | text TEXT ... | TEXT"
     )
+    parser.add_argument("--pair", choices=numbers.PAIRS, default="de-en")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=default_model_dir(),
+        help="where models live (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--model", type=Path, help="the model file (MODEL_DIR/PAIR.pt)"
+    )
+    text = parser.add_argument_group("text (translating)")
+    text.add_argument("--beam-size", type=int, help="default: 4")
+    text.add_argument("--length-penalty", type=float, help="default: 0.6")
+    fit = parser.add_argument_group("train")
     fit.add_argument(
         "--tsv",
         type=Path,
-        help="train on this corpus "
-        "(source<TAB>target lines) instead of number words",
+        help="train on this corpus (source<TAB>target lines) instead of "
+        "number words",
     )
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
     for f in fields(TranslateConfig):
+        if f.name == "pair":
+            continue
         option = "--" + f.name.replace("_", "-")
-        how = {"default": f.default, "help": "default: %(default)s"}
+        how = {"help": f"default: {f.default}"}
         if isinstance(f.default, bool):
             fit.add_argument(
                 option, action=argparse.BooleanOptionalAction, **how
             )
-        elif f.name != "pair":
+        else:
             fit.add_argument(option, type=type(f.default), **how)
-    for parser in (use, fit):
-        parser.add_argument("--pair", choices=numbers.PAIRS, default="de-en")
-        parser.add_argument(
-            "--model-dir",
-            type=Path,
-            default=default_model_dir(),
-            help="where models live (default: %(default)s)",
+    return parser
+
+
+def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
+    """The command and its options, checked against each other."""
+    args = _parser().parse_intermixed_args(argv)
+    words = args.words
+    command = words.pop(0) if words and words[0] in COMMANDS else "text"
+    given = set(vars(args))
+    wrong = given & (TRAIN_ONLY if command == "text" else set(TEXT_OPTIONS))
+    if wrong:
+        options = ", ".join(sorted("--" + w.replace("_", "-") for w in wrong))
+        raise UsageError(f"{options}: not an option of {command!r}")
+    if command == "train" and words:
+        raise UsageError(f"train takes no texts, got {words[0]!r}")
+    if command == "text" and not words:
+        raise UsageError(
+            f"nothing to translate; try {PROG} text TEXT, or {PROG} "
+            "train to train a model"
         )
-        parser.add_argument(
-            "--model",
-            type=Path,
-            help="the model file (default: MODEL_DIR/PAIR.pt)",
-        )
-    return use, fit
+    for name, default in TEXT_OPTIONS.items():
+        if name not in args:
+            setattr(args, name, default)
+    return command, args
 
 
 def _train_command(args: argparse.Namespace) -> int:
     config = TranslateConfig(
-        **{f.name: getattr(args, f.name) for f in fields(TranslateConfig)}
+        **{
+            f.name: getattr(args, f.name)
+            for f in fields(TranslateConfig)
+            if hasattr(args, f.name)
+        }
     )
-    name = config.pair if args.tsv is None else args.tsv.stem
-    path = args.model or args.model_dir / f"{name}.pt"
+    tsv = getattr(args, "tsv", None)
+    name = config.pair if tsv is None else tsv.stem
+    path = args.model if "model" in args else args.model_dir / f"{name}.pt"
+    if path.is_dir():
+        raise ValueError(f"--model {path} is a directory, not a file")
     valid = test = tokenizers = None
-    if args.tsv is not None:
-        pairs = corpus.read_tsv(args.tsv)
+    if tsv is not None:
+        pairs = corpus.read_tsv(tsv)
     else:
         splits = numbers.number_splits(
             config.n_train,
@@ -105,16 +156,18 @@ def _train_command(args: argparse.Namespace) -> int:
             config.seed,
         )
         pairs, valid, test = (
-            numbers.number_pairs(splits[name], config.pair)
-            for name in ("train", "valid", "test")
+            numbers.number_pairs(splits[split], config.pair)
+            for split in ("train", "valid", "test")
         )
         tokenizers = train_tokenizers(pairs, config)  # distinct numbers
-        at_least = round(config.digits_share * config.n_train)
+        # a share of 0: every number once (balance_digits wants >= 1)
+        at_least = max(1, round(config.digits_share * config.n_train))
         balanced = numbers.balance_digits(splits["train"], at_least)
         pairs = numbers.number_pairs(balanced, config.pair)
     checkpoints = path.with_name(path.stem + "-checkpoints")
+    quiet = getattr(args, "quiet", False)
     result = train(
-        pairs, config, checkpoints, valid, tokenizers, progress=not args.quiet
+        pairs, config, checkpoints, valid, tokenizers, progress=not quiet
     )
     if not is_main_process():
         return 0
@@ -134,32 +187,61 @@ def _train_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """The command line; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    use, fit = _parsers()
-    if argv[:1] == ["train"]:
-        try:
-            return _train_command(fit.parse_args(argv[1:]))
-        finally:
-            if torch.distributed.is_initialized():
-                torch.distributed.destroy_process_group()
-    args = use.parse_args(argv)
-    path = args.model or args.model_dir / f"{args.pair}.pt"
+def _text_command(args: argparse.Namespace) -> int:
+    path = (
+        args.model if "model" in args else args.model_dir / f"{args.pair}.pt"
+    )
     if not Path(path).is_file():
-        print(
+        raise ValueError(
             f"no model at {path}; train one first: "
-            f"{PROG} train --pair {args.pair}",
-            file=sys.stderr,
+            f"{PROG} train --pair {args.pair}"
         )
-        return 2
     translator = Translator.load(path)
     translator.model.to(default_device())
-    for line in translator.translate(
-        args.texts, args.beam_size, args.length_penalty
-    ):
-        print(line)
-    return 0
+    texts = args.words
+    problems = {i: translator.problem(text) for i, text in enumerate(texts)}
+    good = [i for i, why in problems.items() if why is None]
+    out = [""] * len(texts)
+    if good:
+        translated = translator.translate(
+            [texts[i] for i in good], args.beam_size, args.length_penalty
+        )
+        for i, line in zip(good, translated, strict=True):
+            out[i] = line
+    for i, why in problems.items():
+        if why is not None:
+            _say(f"text {i + 1} ({texts[i][:40]!r}): cannot translate: {why}")
+    print("\n".join(out))
+    return 0 if len(good) == len(texts) else 1
+
+
+def _say(message: str) -> None:
+    print(f"{PROG}: error: {' '.join(message.split())}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line; returns the exit status (0: done, 1: some texts
+    not translated, 2: an error, 130: interrupted)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        command, args = _parse(argv)
+        if command == "train":
+            return _train_command(args)
+        return _text_command(args)
+    except SystemExit as done:  # --help
+        return done.code if isinstance(done.code, int) else 0
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+    except (UsageError, ValueError, OSError, FloatingPointError) as err:
+        _say(str(err))
+        return 2
+    except Exception as err:  # a bug: still one line, never a traceback
+        _say(f"unexpected {type(err).__name__}: {err}")
+        return 2
+    finally:
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

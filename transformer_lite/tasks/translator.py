@@ -8,6 +8,7 @@ both tokenizers in one checkpoint file.
 import os
 from collections.abc import Sequence
 
+from transformer_lite.checks import check_int, check_real
 from transformer_lite.decoding import beam_search
 from transformer_lite.model import Transformer
 from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
@@ -37,6 +38,20 @@ class Translator:
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
 
+    def problem(self, text: object) -> str | None:
+        """Why ``text`` cannot be translated (not a str, or more source
+        tokens than the model's ``max_len``), or None if it can."""
+        if not isinstance(text, str):
+            return f"not a str but a {type(text).__name__}"
+        n_tokens = len(self.src_tokenizer.encode(text))
+        longest = self.model.config.max_len
+        if n_tokens > longest:
+            return (
+                f"{n_tokens} tokens long (BOS and EOS included), more than "
+                f"the model's max_len={longest}"
+            )
+        return None
+
     def translate(
         self,
         texts: Sequence[str],
@@ -47,9 +62,24 @@ class Translator:
         """Translate ``texts``, ``batch_size`` at a time and sorted by
         length, with :func:`~transformer_lite.decoding.beam_search`
         (``beam_size=1``: greedy). Outputs stop at 2 S + 10 tokens for
-        a batch of S source tokens (or at the model's ``max_len``)."""
-        if isinstance(texts, str):
+        a batch of S source tokens (or at the model's ``max_len``).
+
+        Every option and every text is checked before any is translated:
+        a ``ValueError`` names each text that cannot be (see
+        :meth:`problem`), so one long text never costs a whole batch.
+        """
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
             raise ValueError("texts must be a list of str, not one str")
+        check_int("beam_size", beam_size, low=1)
+        check_real("length_penalty", length_penalty, low=0.0)
+        check_int("batch_size", batch_size, low=1)
+        problems = [
+            f"text {i}: {why}"
+            for i, why in enumerate(map(self.problem, texts))
+            if why is not None
+        ]
+        if problems:
+            raise ValueError("cannot translate " + "; ".join(problems))
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
         out = [""] * len(texts)
         for start in range(0, len(order), batch_size):
@@ -91,10 +121,23 @@ class Translator:
     @classmethod
     def from_model(cls, model: Transformer, extra: dict) -> "Translator":
         """From a model and the extra data of its checkpoint."""
-        if "src_tokenizer" not in extra:
-            raise ValueError("the checkpoint holds no tokenizers")
-        return cls(
-            model.eval(),
-            Tokenizer.from_json(extra["src_tokenizer"]),
-            Tokenizer.from_json(extra["tgt_tokenizer"]),
-        )
+        tokenizers = []
+        for name in ("src_tokenizer", "tgt_tokenizer"):
+            if not isinstance(extra.get(name), str):
+                raise ValueError(f"the checkpoint holds no {name}")
+            try:
+                tokenizers.append(Tokenizer.from_json(extra[name]))
+            except Exception as err:  # tokenizers raises plain Exception
+                raise ValueError(
+                    f"the checkpoint's {name} is not a tokenizer: {err}"
+                ) from err
+        vocabs = model.config.src_vocab, model.config.tgt_vocab
+        for tokenizer, vocab, side in zip(
+            tokenizers, vocabs, ("source", "target"), strict=True
+        ):
+            if tokenizer.vocab_size > vocab:
+                raise ValueError(
+                    f"the {side} tokenizer has {tokenizer.vocab_size} "
+                    f"tokens, the model only {vocab}"
+                )
+        return cls(model.eval(), *tokenizers)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from transformer_lite.checks import check_int
 from transformer_lite.masks import padding_mask, target_mask
 
 __all__ = ["Batch"]
@@ -36,8 +37,7 @@ class Batch:
 
     def __post_init__(self) -> None:
         src, tgt = self.src, self.tgt
-        if not isinstance(self.pad_id, int):
-            raise ValueError(f"pad_id must be an int, got {self.pad_id!r}")
+        check_int("pad_id", self.pad_id)
         self.src_mask = padding_mask(src, self.pad_id)  # (B, 1, S)
         padding_mask(tgt, self.pad_id)  # checks tgt is (B, L) of ids
         if src.numel() == 0 or tgt.size(0) == 0:

@@ -1,11 +1,23 @@
 """Checkpoints (chapters 6 and 7): save and load a model with its
 optimizer and scheduler, readable with ``torch.load(weights_only=True)``,
 and average the last checkpoints of a run.
+
+A checkpoint may come from anywhere, so :func:`load_checkpoint` trusts
+nothing in it: ``weights_only=True`` runs no code, the archive's records
+must lie inside the file uncompressed (a few bytes cannot ask for
+gigabytes), and the stored config and every tensor's shape and dtype are
+checked, and the model's size held to a limit, before a model is built.
+Saving writes a fresh temporary file beside the target, flushes it to
+disk and renames it over the target in one step.
 """
 
+import contextlib
 import copy
 import os
+import tempfile
+import zipfile
 from collections.abc import Iterable
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -13,11 +25,13 @@ from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from transformer_lite.checks import check_int
 from transformer_lite.model import Transformer, TransformerConfig
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "FREE_FIELDS",
+    "MAX_ELEMENTS",
     "average_checkpoints",
     "load_checkpoint",
     "save_checkpoint",
@@ -27,6 +41,13 @@ CHECKPOINT_FORMAT = "transformer-lite-checkpoint-1"  # tag in every file
 # Config fields a checkpoint may differ in: they change training, not the
 # function the weights compute.
 FREE_FIELDS = ("dropout",)
+# The largest model load_checkpoint builds unless told otherwise, in
+# tensor elements (parameters and positional table): 1 GiB of float32,
+# room for the paper's big model (213 million parameters).
+MAX_ELEMENTS = 2**28
+PARTS = ("format", "config", "model", "optimizer", "scheduler", "extra")
+_UMASK = os.umask(0o022)  # read once, at import, while single-threaded
+os.umask(_UMASK)
 
 
 def _check_plain(value: object, where: str) -> None:
@@ -57,8 +78,11 @@ def save_checkpoint(
     and ``extra`` plain data (epoch, history.to_dict(), ...) to ``path``.
 
     Only plain containers and tensors are stored, so the file loads with
-    ``torch.load(path, weights_only=True)``; it is written to a temporary
-    file first, so an interrupted save leaves any old file intact.
+    ``torch.load(path, weights_only=True)``. It is written to a new,
+    uniquely named file in the same directory (never an existing path,
+    so never through a planted link), flushed to disk, then renamed over
+    ``path``: a reader sees the old file or the new one, never half of
+    one, and a failed save leaves nothing behind.
     """
     if not isinstance(getattr(model, "config", None), TransformerConfig):
         raise ValueError("model must have a TransformerConfig as .config")
@@ -71,20 +95,156 @@ def save_checkpoint(
         "extra": extra,
     }
     _check_plain(state, "checkpoint")
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    torch.save(state, partial)
-    os.replace(partial, path)
+    _write_atomically(state, Path(path))
+
+
+def _write_atomically(state: dict, path: Path) -> None:
+    if path.is_dir():
+        raise ValueError(f"cannot save a checkpoint to {path}: a directory")
+    folder = path.parent
+    if not folder.is_dir():
+        raise ValueError(f"cannot save {path}: no directory {folder}")
+    fd, temporary = tempfile.mkstemp(
+        dir=folder, prefix=f".{path.name}.", suffix=".tmp"
+    )  # O_EXCL: a new file, whatever already exists
+    try:
+        with os.fdopen(fd, "wb") as file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())  # the data on disk before the rename
+        os.chmod(temporary, 0o666 & ~_UMASK)  # as open() would create it
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    with contextlib.suppress(OSError):  # the rename itself, on disk
+        directory = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def _check_archive(path: Path) -> None:
+    """The file must be a zip archive (what ``torch.save`` writes) whose
+    records are stored uncompressed inside the file: then reading it
+    allocates no more than the file's size."""
+    size = path.stat().st_size
+    try:
+        with zipfile.ZipFile(path) as archive:
+            records = archive.infolist()
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise ValueError(
+            f"cannot read checkpoint {path} (corrupt, truncated, or not "
+            f"saved by save_checkpoint): {err}"
+        ) from err
+    for record in records:
+        if (
+            record.compress_type != zipfile.ZIP_STORED
+            or record.file_size != record.compress_size
+            or record.header_offset + record.compress_size > size
+        ):
+            raise ValueError(
+                f"cannot read checkpoint {path}: record {record.filename!r} "
+                "is compressed or reaches past the end of the file "
+                "(torch.save stores records uncompressed)"
+            )
+
+
+def _check_structure(state: object, path: Path) -> None:
+    """The parts :func:`save_checkpoint` writes, each of the right type."""
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise ValueError(f"{path} is not a transformer-lite checkpoint")
+    missing = [part for part in PARTS if part not in state]
+    if missing:
+        raise ValueError(f"checkpoint {path} lacks {', '.join(missing)}")
+    kinds = dict(config=dict, model=dict, extra=dict)
+    for part, kind in kinds.items():
+        if not isinstance(state[part], kind):
+            raise ValueError(
+                f"checkpoint {path}: {part} is a "
+                f"{type(state[part]).__name__}, expected a dict"
+            )
+    for part in ("optimizer", "scheduler"):
+        if not isinstance(state[part], dict | None):
+            raise ValueError(f"checkpoint {path}: {part} is not a dict")
 
 
 def _stored_config(stored: dict, path: Path) -> TransformerConfig:
-    try:
-        return TransformerConfig(**stored)
-    except TypeError as err:
+    names = {f.name for f in fields(TransformerConfig)}
+    unknown = sorted(map(repr, set(stored) - names))
+    missing = sorted(names - set(stored))
+    if unknown or missing:
         raise ValueError(
             f"checkpoint {path} has a config this version cannot build "
-            f"({err}); stored config: {stored}"
-        ) from err
+            f"(unknown fields: {', '.join(unknown) or 'none'}; missing: "
+            f"{', '.join(missing) or 'none'})"
+        )
+    try:
+        return TransformerConfig(**stored)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"checkpoint {path} has a bad config: {err}") from err
+
+
+def _check_size(config: TransformerConfig, limit: int, path: Path) -> None:
+    """Refuse a model larger than ``limit`` elements, before building."""
+    table = config.max_len * config.d_model  # the positional table
+    elements = config.n_parameters() + table
+    if elements > limit:
+        raise ValueError(
+            f"checkpoint {path} describes a model of {elements:,} tensor "
+            f"elements ({config.n_parameters():,} parameters and a "
+            f"positional table of {table:,}), more than the limit of "
+            f"{limit:,}; pass max_elements={elements} to load it anyway"
+        )
+
+
+def _check_weights(weights: dict, config: TransformerConfig, path: Path):
+    """Every stored tensor against the model the config describes: the
+    same names, shapes, a floating dtype, finite values. The model is
+    built on the meta device, which allocates no memory."""
+    for stack in ("encoder", "decoder"):
+        prefix = f"{stack}.layers."
+        layers = {
+            name[len(prefix) :].split(".")[0]
+            for name in weights
+            if isinstance(name, str) and name.startswith(prefix)
+        }
+        if layers != {str(i) for i in range(config.n_layers)}:
+            raise ValueError(
+                f"checkpoint {path} holds {len(layers)} {stack} layers, "
+                f"its config says n_layers={config.n_layers}"
+            )
+    with torch.device("meta"):
+        expected = Transformer(config).state_dict()
+    missing = sorted(set(expected) - set(weights))
+    unexpected = sorted(set(weights) - set(expected), key=str)
+    if missing or unexpected:
+        raise ValueError(
+            f"checkpoint {path} does not hold the weights its config "
+            f"describes: missing {missing[:5]}{'...' * (len(missing) > 5)}, "
+            f"unexpected {unexpected[:5]}{'...' * (len(unexpected) > 5)}"
+        )
+    for name, want in expected.items():
+        got = weights[name]
+        if (
+            not isinstance(got, Tensor)
+            or got.layout != torch.strided
+            or not got.dtype.is_floating_point
+            or got.shape != want.shape
+        ):
+            what = (
+                f"{got.dtype} {got.layout} of shape {tuple(got.shape)}"
+                if isinstance(got, Tensor)
+                else type(got).__name__
+            )
+            raise ValueError(
+                f"checkpoint {path}: {name} is a {what}, expected a "
+                f"floating tensor of shape {tuple(want.shape)}"
+            )
+        if not torch.isfinite(got).all():
+            raise ValueError(f"checkpoint {path}: {name} holds NaN or inf")
 
 
 def load_checkpoint(
@@ -93,23 +253,33 @@ def load_checkpoint(
     optimizer: Optimizer | None = None,
     scheduler: LRScheduler | None = None,
     map_location: torch.device | str | None = None,
+    *,
+    max_elements: int = MAX_ELEMENTS,
 ) -> tuple[Transformer, dict]:
-    """Load a file written by :func:`save_checkpoint`.
+    """Load a file written by :func:`save_checkpoint`, trusting nothing
+    in it (the module docstring says what is checked).
 
     With ``model=None`` the model is rebuilt from the stored config (on
-    ``map_location``, default CPU); a given model must have the same
+    ``map_location``, default CPU), once the config, every tensor and the
+    model's size (at most ``max_elements`` parameters and positional
+    table entries) have been checked; a given model must have the same
     config except for ``FREE_FIELDS``. The optimizer and scheduler, when
-    given, get their saved state. A missing or corrupt file or another
-    configuration raises ``ValueError`` saying what is wrong.
+    given, get their saved state. Anything wrong (a missing, corrupt,
+    truncated, foreign or oversized file, another configuration) raises
+    a ``ValueError`` that names it; no file is written.
 
     Returns:
         ``(model, extra)``: the model and the extra data that was saved.
     """
     path = Path(path)
+    check_int("max_elements", max_elements, low=1)
+    if model is not None and not isinstance(model, Transformer):
+        raise ValueError(f"model must be a Transformer, got {type(model)}")
     if not path.is_file():
         raise ValueError(f"no checkpoint file at {path}")
     if map_location is None:
         map_location = "cpu" if model is None else model.device
+    _check_archive(path)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises many kinds for a bad file
@@ -117,33 +287,44 @@ def load_checkpoint(
             f"cannot read checkpoint {path} (corrupt, truncated, or not "
             f"saved by save_checkpoint): {err}"
         ) from err
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a transformer-lite checkpoint")
+    _check_structure(state, path)
     config = _stored_config(state["config"], path)
+    if model is not None:
+        differ = [
+            f"{name}: checkpoint {value!r}, model "
+            f"{getattr(model.config, name)!r}"
+            for name, value in config.to_dict().items()
+            if name not in FREE_FIELDS and getattr(model.config, name) != value
+        ]
+        if differ:
+            raise ValueError(
+                f"checkpoint {path} was saved from another configuration: "
+                + "; ".join(differ)
+            )
+    _check_size(config, max_elements, path)
+    _check_weights(state["model"], config, path)
     if model is None:
         model = Transformer(config).to(map_location)
-    differ = [
-        f"{name}: checkpoint {value!r}, model {getattr(model.config, name)!r}"
-        for name, value in config.to_dict().items()
-        if name not in FREE_FIELDS and getattr(model.config, name) != value
-    ]
-    if differ:
-        raise ValueError(
-            f"checkpoint {path} was saved from another configuration: "
-            + "; ".join(differ)
-        )
     model.load_state_dict(state["model"])
     for name, target in (("optimizer", optimizer), ("scheduler", scheduler)):
         if target is not None:
             if state[name] is None:
                 raise ValueError(f"checkpoint {path} holds no {name} state")
-            target.load_state_dict(state[name])
+            try:
+                target.load_state_dict(state[name])
+            except (KeyError, ValueError, TypeError, RuntimeError) as err:
+                raise ValueError(
+                    f"checkpoint {path}: its {name} state does not fit the "
+                    f"given {name}: {err!r}"
+                ) from err
     return model, state["extra"]
 
 
 def average_checkpoints(
     paths: Iterable[str | os.PathLike],
     map_location: torch.device | str | None = None,
+    *,
+    max_elements: int = MAX_ELEMENTS,
 ) -> tuple[Transformer, dict]:
     """One model whose weights are the mean of those in ``paths``
     (chapter 7), as Vaswani et al. (2017) average the last checkpoints of
@@ -158,10 +339,17 @@ def average_checkpoints(
         ``(model, extra)``: the averaged model, rebuilt as by
         :func:`load_checkpoint`, and the last file's extra data.
     """
+    if isinstance(paths, str | bytes | os.PathLike):
+        raise ValueError(
+            f"paths must be a list of paths, got one: {paths!r}; "
+            "pass [path] to load a single checkpoint"
+        )
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("average_checkpoints needs at least one path")
-    model, extra = load_checkpoint(paths[-1], map_location=map_location)
+    model, extra = load_checkpoint(
+        paths[-1], map_location=map_location, max_elements=max_elements
+    )
     state = {k: v.clone() for k, v in model.state_dict().items()}
     floats = [k for k, v in state.items() if v.is_floating_point()]
     for path in paths[:-1]:

@@ -17,12 +17,14 @@ its step equals one process's step on the whole batch
 (``tests/test_distributed.py`` checks it).
 """
 
+import datetime
 import os
 import warnings
 
 import torch
 import torch.distributed as dist
 
+from transformer_lite.checks import check_real
 from transformer_lite.training.batch import Batch
 
 __all__ = [
@@ -46,13 +48,18 @@ def is_main_process() -> bool:
     return world()[0] == 0
 
 
-def init_distributed(backend: str | None = None) -> torch.device:
+def init_distributed(
+    backend: str | None = None, *, timeout: float | None = None
+) -> torch.device:
     """Join the process group that ``torchrun`` describes in the
     environment, if any, and return this process's device.
 
     Args:
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (CUDA); None picks nccl
             when CUDA is available, gloo otherwise.
+        timeout: seconds to wait for the other processes, when joining
+            and in each collective, before raising; None: torch's
+            default (10 minutes for nccl, 30 for gloo).
 
     Returns:
         ``cuda:LOCAL_RANK`` with CUDA, else the CPU. A single process
@@ -89,8 +96,14 @@ def init_distributed(backend: str | None = None) -> torch.device:
     if cuda:
         torch.cuda.set_device(device)
     several = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if timeout is not None:
+        timeout = datetime.timedelta(seconds=check_real("timeout", timeout))
+        if timeout.total_seconds() <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {timeout}")
     if several and not dist.is_initialized():
-        dist.init_process_group(backend or ("nccl" if cuda else "gloo"))
+        dist.init_process_group(
+            backend or ("nccl" if cuda else "gloo"), timeout=timeout
+        )
     return device
 
 

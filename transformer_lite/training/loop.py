@@ -11,10 +11,17 @@ from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from transformer_lite.checks import check_bool, check_int
 from transformer_lite.device import evaluating, module_device
 from transformer_lite.training.batch import Batch
 from transformer_lite.training.progress import progress_bar
-from transformer_lite.training.step import LossFn, check_sum_loss, train_step
+from transformer_lite.training.step import (
+    LossFn,
+    check_amp,
+    check_clip_norm,
+    check_sum_loss,
+    train_step,
+)
 
 __all__ = ["History", "evaluate", "fit", "train_epoch"]
 
@@ -57,11 +64,18 @@ def _n_steps(batches: Iterable[Batch], accumulate: int) -> int | None:
     return math.ceil(len(batches) / accumulate)
 
 
-def _check_accumulate(accumulate: int) -> None:
-    if isinstance(accumulate, bool) or not isinstance(accumulate, int):
-        raise ValueError(f"accumulate must be an int >= 1, got {accumulate!r}")
-    if accumulate < 1:
-        raise ValueError(f"accumulate must be an int >= 1, got {accumulate}")
+def _check_options(model, optimizer, *, accumulate, clip_norm, amp_dtype,
+                   progress) -> None:  # fmt: skip
+    """The options :func:`fit` and :func:`train_epoch` share, checked
+    before the first step."""
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be an nn.Module, got {type(model)}")
+    if not isinstance(optimizer, Optimizer):
+        raise ValueError(f"optimizer must be an Optimizer: {optimizer!r}")
+    check_int("accumulate", accumulate, low=1)
+    check_clip_norm(clip_norm)
+    check_amp(module_device(model), amp_dtype)
+    check_bool("progress", progress)
 
 
 def _step_options(
@@ -142,7 +156,14 @@ def train_epoch(
     Returns:
         the mean training loss per non-pad target token.
     """
-    _check_accumulate(accumulate)
+    _check_options(
+        model,
+        optimizer,
+        accumulate=accumulate,
+        clip_norm=clip_norm,
+        amp_dtype=amp_dtype,
+        progress=progress,
+    )
     check_sum_loss(loss_fn)
     batches = _fresh(batches)
     steps = _n_steps(batches, accumulate)
@@ -208,10 +229,16 @@ def fit(
     Returns:
         a :class:`History`; ``best_epoch`` indexes ``val_loss``.
     """
-    _check_accumulate(accumulate)
+    _check_options(
+        model,
+        optimizer,
+        accumulate=accumulate,
+        clip_norm=clip_norm,
+        amp_dtype=amp_dtype,
+        progress=progress,
+    )
     check_sum_loss(loss_fn)
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}")
+    check_int("epochs", epochs, low=1)
     if patience is not None and (
         val_batches is None
         or isinstance(patience, bool)

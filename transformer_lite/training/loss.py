@@ -113,9 +113,15 @@ class LabelSmoothingLoss(nn.Module):
         # -sum_k q_k log p_k without building q: the true token's term and
         # the sum over the tokens that share eps.
         log_p_true = log_p.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-        log_p_shared = log_p.sum(dim=-1)  # (...)
         if self.spread == "others":
-            log_p_shared = log_p_shared - log_p_true - log_p[..., self.pad_id]
+            # Sum only the tokens that get a share, never subtract: a pad
+            # log-probability of -inf (or -1e9) would give NaN (or lose
+            # every digit of the others) in sum - log p_true - log p_pad.
+            shared = torch.ones_like(log_p, dtype=torch.bool)  # (..., V)
+            shared[..., self.pad_id] = False
+            shared.scatter_(-1, targets.unsqueeze(-1), False)
+            log_p = log_p.where(shared, 0.0)
+        log_p_shared = log_p.sum(dim=-1)  # (...)
         loss = -(1 - self.smoothing) * log_p_true - self.share * log_p_shared
         if self.kl:
             loss = loss - self.entropy

@@ -3,6 +3,8 @@
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LambdaLR
 
+from transformer_lite.checks import check_int, check_real
+
 __all__ = ["NoamLambda", "noam_lr", "noam_scheduler"]
 
 
@@ -15,12 +17,10 @@ def noam_lr(
     (Vaswani et al., 2017, eq. 3); the peak, at step == warmup, is
     factor / sqrt(d_model * warmup). Step 0 counts as step 1.
     """
-    if not isinstance(step, int) or step < 0:
-        raise ValueError(f"step must be a non-negative int, got {step!r}")
-    for name, value in (("d_model", d_model), ("warmup", warmup)):
-        if not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
-    if not factor > 0:
+    check_int("step", step, low=0)
+    check_int("d_model", d_model, low=1)
+    check_int("warmup", warmup, low=1)
+    if not check_real("factor", factor, low=0.0) > 0:
         raise ValueError(f"factor must be positive, got {factor!r}")
     step = max(step, 1)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)

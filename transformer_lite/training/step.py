@@ -141,18 +141,25 @@ def _check_ids(model: nn.Module, batch: Batch) -> None:
     check_token_ids(batch.tgt, config.tgt_vocab, "batch.tgt")
 
 
+def check_clip_norm(clip_norm: float | None) -> None:
+    """None, or a positive finite number (not a bool)."""
+    if clip_norm is not None and (
+        isinstance(clip_norm, bool)
+        or not isinstance(clip_norm, int | float)
+        or not 0 < clip_norm < math.inf
+    ):
+        raise ValueError(
+            f"clip_norm must be a positive number or None, got {clip_norm!r}"
+        )
+
+
 def _check_step(batches: list, clip_norm: float | None) -> None:
     if not batches or not all(isinstance(b, Batch) for b in batches):
         raise ValueError(
             "batches must be a Batch or a non-empty sequence of Batch, got "
             f"{[type(b).__name__ for b in batches]}"
         )
-    if clip_norm is not None and (
-        isinstance(clip_norm, bool) or not clip_norm > 0
-    ):
-        raise ValueError(
-            f"clip_norm must be a positive number or None, got {clip_norm!r}"
-        )
+    check_clip_norm(clip_norm)
 
 
 def train_step(
