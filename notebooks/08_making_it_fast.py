@@ -1073,14 +1073,14 @@ for _a, _b in zip(checkpointed[False]["grads"], checkpointed[True]["grads"],
                   strict=True):
     assert torch.equal(_a, _b)
 assert ck_saving > 2, checkpointed
-# bfloat16 autocast alone saves memory too: ~1.8x on the CPU; ~1.3x on a
-# GPU, whose autocast keeps softmax and LayerNorm in float32 (emulated on
-# the CPU: a ratio of 0.77, tests/test_mixed_precision.py). One bound
-# holds for both, with a margin.
+# bfloat16 autocast alone saves memory too: ~1.4x on the CPU and a GPU
+# alike (attention scores stay float32; CUDA's autocast rules, emulated
+# on the CPU in tests/test_mixed_precision.py, gave the same 0.69). One
+# bound holds for both, with a margin.
 _bf16_ratio = bf16_peak / (checkpointed[False]["peak MiB"] * MiB)
 assert _bf16_ratio < 0.85, _bf16_ratio
 if measure_on.type == "cpu":
-    assert _bf16_ratio < 0.65, _bf16_ratio  # ~1.8x
+    assert _bf16_ratio < 0.75, _bf16_ratio  # ~1.4x
 assert bf16_peak > checkpointed[True]["peak MiB"] * MiB  # "by less"
 if device.type == "cpu":
     assert ck_cost > 1.0, checkpointed  # recomputing is extra work
@@ -1090,10 +1090,11 @@ assert model.training  # checkpointing acts only in training mode
 # The gradients are identical, bit for bit, dropout included. Memory
 # falls several times over, and the step takes longer (the ratio above;
 # on paper about a third longer). bfloat16 autocast alone
-# (section 5) also lowers the peak, by less: about 1.8 times on a CPU,
-# where autocast leaves the softmax and LayerNorm in bfloat16, and about
-# 1.3 times on a GPU, where CUDA's autocast computes them in float32 and
-# what they save for the backward pass keeps 4 bytes a number.
+# (section 5) also lowers the peak, by less: about 1.4 times, on a CPU
+# and on a GPU alike. The attention scores, the largest activations at
+# this length, stay in float32 even under autocast (the package computes
+# them so, that nothing overflows), and what they save for the backward
+# pass keeps 4 bytes a number.
 # Checkpointing every layer is the extreme; checkpointing every
 # $\sqrt{N}$-th layer gives memory $O(\sqrt{N})$ for one extra forward
 # pass (Chen et al., 2016). It pays

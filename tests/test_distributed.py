@@ -158,7 +158,9 @@ def one_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "set_device", joined["set_device"].append)
     monkeypatch.setattr(dist, "is_initialized", lambda: False)
     monkeypatch.setattr(
-        dist, "init_process_group", lambda backend: joined.update(b=backend)
+        dist,
+        "init_process_group",
+        lambda backend, **options: joined.update(b=backend),
     )
     return joined
 
