@@ -377,10 +377,11 @@ assert sum(b.src.size(0) for b in bucketed) == config.n_train
 #   last `keep_last` multiples of `save_every` steps are saved as
 #   checkpoints.
 #
-# `train` in `transformer_lite/translate.py` runs it; the command line
+# `train` in `transformer_lite/tasks/trainer.py` runs it; the command line
 # calls the same function, so the book and the tool cannot drift apart.
-# Its inner step is `train_step`, which we read below in the section on
-# several processes. Checkpoints go to a temporary directory. While it
+# Its inner step is chapter 6's `train_step`, whose data-parallel case
+# we read below in the section on several processes. Checkpoints go to
+# a temporary directory. While it
 # works, a progress bar counts the steps and shows the loss (it is left
 # out of the book's web pages, which would show each of its updates).
 

@@ -64,10 +64,10 @@ def _n_steps(batches: Iterable[Batch], accumulate: int) -> int | None:
     return math.ceil(len(batches) / accumulate)
 
 
-def _check_options(model, optimizer, *, accumulate, clip_norm, amp_dtype,
-                   progress) -> None:  # fmt: skip
+def _check_options(model, optimizer, loss_fn, *, accumulate, clip_norm,
+                   amp_dtype, progress) -> None:  # fmt: skip
     """The options :func:`fit` and :func:`train_epoch` share, checked
-    before the first step."""
+    before the first step (``loss_fn`` must return a sum)."""
     if not isinstance(model, nn.Module):
         raise ValueError(f"model must be an nn.Module, got {type(model)}")
     if not isinstance(optimizer, Optimizer):
@@ -76,6 +76,7 @@ def _check_options(model, optimizer, *, accumulate, clip_norm, amp_dtype,
     check_clip_norm(clip_norm)
     check_amp(module_device(model), amp_dtype)
     check_bool("progress", progress)
+    check_sum_loss(loss_fn)
 
 
 def _step_options(
@@ -159,12 +160,12 @@ def train_epoch(
     _check_options(
         model,
         optimizer,
+        loss_fn,
         accumulate=accumulate,
         clip_norm=clip_norm,
         amp_dtype=amp_dtype,
         progress=progress,
     )
-    check_sum_loss(loss_fn)
     batches = _fresh(batches)
     steps = _n_steps(batches, accumulate)
     options = _step_options(scheduler, clip_norm, amp_dtype, scaler)
@@ -232,12 +233,12 @@ def fit(
     _check_options(
         model,
         optimizer,
+        loss_fn,
         accumulate=accumulate,
         clip_norm=clip_norm,
         amp_dtype=amp_dtype,
         progress=progress,
     )
-    check_sum_loss(loss_fn)
     check_int("epochs", epochs, low=1)
     if patience is not None and (
         val_batches is None
