@@ -126,15 +126,15 @@ print(f"device           {device}")
 # 5. **[The encoder/decoder stack](05_encoder_decoder)**: feed-forward
 #    layers, residuals, LayerNorm placement, the full model, and its
 #    parameter count against the paper.
-# 6. **Training**: batches and masks, label smoothing, the
-#    learning-rate schedule, a first model trained on the copy task,
-#    greedy decoding.
-# 7. **A real task offline: translating number words**, with subword
-#    tokens, beam search, BLEU and attention maps, all without a
-#    download.
-# 8. **Making it fast**: memory-efficient attention, fused kernels, the
-#    KV cache, mixed precision and gradient checkpointing, each
-#    measured.
+# 6. **[Training](06_training)**: batches and masks, label smoothing,
+#    the learning-rate schedule, one training step for every case, a
+#    first model trained on the copy task, greedy decoding.
+# 7. **[A real task offline: translating number
+#    words](07_translation)**, with subword tokens, beam search, BLEU and
+#    attention maps, all without a download.
+# 8. **[Making it fast](08_making_it_fast)**: memory-efficient
+#    attention, fused kernels, the KV cache, mixed precision and gradient
+#    checkpointing, each measured.
 
 # %% [markdown]
 # ## Notation

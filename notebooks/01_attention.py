@@ -430,10 +430,17 @@ attention_chart(
 # Shuffling the sentence would shuffle the rows and columns and change
 # nothing else. That is why the model needs positional encodings
 # ([chapter 4](04_positional_encoding)). Second, with $Q = K$ the score
-# matrix is symmetric, and no word scores higher against another word
-# than against itself. The learned projections $W^Q \neq W^K$ of
-# [chapter 3](03_multi_head_attention) break that symmetry, so that a
-# word can look for something other than itself.
+# matrix is symmetric, and in this sentence no word scores higher
+# against another word than against itself. That is not a law. By
+# Cauchy-Schwarz, $x \cdot y \le \lVert x \rVert \lVert y \rVert$, and
+# that bound is at most $x \cdot x = \lVert x \rVert^2$ only when
+# $\lVert y \rVert \le \lVert x \rVert$. Here *ball* already scores as
+# high against the longer *cat* as against itself, and a key longer
+# still would win outright; among keys no longer than the query, the
+# self-score is always the maximum. The learned projections
+# $W^Q \neq W^K$ of [chapter 3](03_multi_head_attention) break the
+# symmetry altogether, so that a word can look for something other than
+# itself.
 
 # %% tags=["remove-cell"]
 the_0, the_3 = 0, 3
@@ -452,10 +459,20 @@ assert torch.allclose(weights.sum(-1), torch.ones(len(tokens)))
 perm = torch.randperm(len(tokens))
 _, w_perm = scaled_dot_product_attention(X[perm], X[perm], X[perm])
 assert torch.allclose(w_perm, weights[perm][:, perm])
-# Q = K: symmetric scores, self-score is the row maximum.
+# Q = K: symmetric scores, self-score is the row maximum here.
 scores_x = X @ X.T / math.sqrt(X.size(-1))  # (L, L)
 assert torch.equal(scores_x, scores_x.T)
 assert torch.all(scores_x.diagonal() == scores_x.max(dim=-1).values)
+# ... but not in general: ball ties with the longer cat, and a longer
+# key still out-scores the query's own.
+assert scores_x[ball, cat] == scores_x[ball, ball]
+x_short, y_long = torch.tensor([1.0, 0.0]), torch.tensor([2.0, 1.0])
+assert x_short @ y_long > x_short @ x_short
+# Among keys no longer than the query, the self-score is the maximum.
+norms = X.norm(dim=-1)
+for i in range(len(tokens)):
+    shorter = norms <= norms[i]
+    assert scores_x[i, i] == scores_x[i][shorter].max()
 
 # %% [markdown]
 # ## Self-attention and cross-attention

@@ -915,7 +915,7 @@ assert torch.equal(local_mask(10, 1)[0], torch.eye(10, dtype=torch.bool))
 #    (True = may attend) in which positions $< P$ see each other freely
 #    and later positions are causal. Draw it with `mask_chart`, then adapt
 #    the causality check: changing input $t \ge P$ must not move outputs
-#    before $t$, while changing input $t < P - 1$ *does* move output 0.
+#    before $t$, while changing any input $t < P$ *does* move output 0.
 # 3. **Why `masked_fill` and not addition?** Build the additive float mask
 #    $B$ in float16 with `torch.finfo(torch.float16).min` in place of
 #    $-\infty$, and add it to float16 scores that are themselves

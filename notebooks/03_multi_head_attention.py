@@ -22,7 +22,7 @@
 # We will
 #
 # * read the paper's two formulas and see why splitting one attention
-#   into $h$ heads costs nothing extra;
+#   into $h$ heads adds no matrix multiplications, and what it does add;
 # * follow a tensor through every reshape, with a table of shapes and the
 #   same shapes asserted on a real tensor;
 # * write the class out for reading, then prove it equals the package's
@@ -111,22 +111,25 @@ assert (d_k, d_v, h * d_v) == (64, 64, d_model)
 
 
 # %% [markdown]
-# Narrow heads are what make the extra questions free. Stacked side by
+# Narrow heads are what make the extra questions cheap. Stacked side by
 # side, the $h$ matrices $W^Q_i$ form one $d_{\text{model}} \times
 # d_{\text{model}}$ matrix, exactly the size of a single full-width
 # head's projection. The scores cost $h \cdot L_q L_k d_k = L_q L_k
 # d_{\text{model}}$ multiply-adds, again the same as one head. Counting
-# every multiply-add of a forward pass (two floating-point operations
-# each) gives
+# every multiply-add of the matrix products (two floating-point
+# operations each), with $W^Q$ and $W^O$ applied to the $L_q$ queries and
+# $W^K$, $W^V$ to the $L_k$ keys and values, gives
 #
 # $$
-# \text{FLOPs} = \underbrace{4 \cdot 2 B L d_{\text{model}}^2}_{W^Q, W^K,
-# W^V, W^O} + \underbrace{2 \cdot 2 B L_q L_k d_{\text{model}}}_{Q K^\top
-# \text{ and weights} \cdot V},
+# \text{FLOPs} = \underbrace{2 \cdot 2 B (L_q + L_k)
+# d_{\text{model}}^2}_{W^Q, W^K, W^V, W^O} + \underbrace{2 \cdot 2 B L_q
+# L_k d_{\text{model}}}_{Q K^\top \text{ and weights} \cdot V},
 # $$
 #
-# with no $h$ anywhere. PyTorch's FLOP counter agrees, whatever the number
-# of heads:
+# which in self-attention ($L_q = L_k = L$) is $8BLd_{\text{model}}^2 +
+# 4BL^2d_{\text{model}}$, with no $h$ anywhere. PyTorch's FLOP counter,
+# which counts matrix products only, agrees whatever the number of
+# heads:
 
 # %%
 def count_flops(n_heads, B=2, L=10, C=64):
@@ -147,6 +150,42 @@ print(f"formula: {4 * 2 * B * L * C**2 + 2 * 2 * B * L * L * C:,} FLOPs")
 flops = {n: count_flops(n) for n in (1, 2, 4, 8, 16)}
 assert len(set(flops.values())) == 1, flops
 assert flops[1] == 4 * 2 * B * L * C**2 + 2 * 2 * B * L * L * C
+# Cross-attention: W^Q, W^O see Lq positions, W^K, W^V see Lk.
+Lq, Lk = 3, 10
+cross = MultiHeadAttention(C, 4, dropout=0.0)
+with FlopCounterMode(display=False) as counter:
+    cross(torch.randn(B, Lq, C), torch.randn(B, Lk, C), torch.randn(B, Lk, C))
+assert counter.get_total_flops() == (
+    2 * 2 * B * (Lq + Lk) * C**2 + 2 * 2 * B * Lq * Lk * C
+)
+
+# %% [markdown]
+# The matrix products are not the whole bill, though. Every head keeps
+# its own $L_q \times L_k$ table of scores, so the score tensor is
+# (B, H, Lq, Lk): its memory, the scaling, the masking and the softmax
+# all grow linearly with $h$. With the short sequences of this chapter
+# that is a rounding error next to the projections; at long lengths the
+# scores dominate, which is what chapter 8's fused and chunked attention
+# are about.
+
+# %%
+def score_elements(n_heads, B=2, L=10, C=64):
+    """Elements in the (B, H, Lq, Lk) weights of one forward pass."""
+    attn = MultiHeadAttention(C, n_heads, dropout=0.0)
+    attn.keep_weights = True
+    x = torch.randn(B, L, C)  # (B, L, C)
+    attn(x, x, x)
+    return attn.weights.numel()
+
+
+for n_heads in (1, 2, 4, 8, 16):
+    print(f"h = {n_heads:>2}: {score_elements(n_heads):,} score elements")
+
+# %% tags=["remove-cell"]
+assert all(
+    score_elements(n) == n * score_elements(1) == n * B * L * L
+    for n in (1, 2, 4, 8, 16)
+)
 
 # %% [markdown]
 # What the paper found in practice (Table 3): with the cost held fixed,
@@ -799,12 +838,15 @@ else:
 #   mixes them with $W^O$. Each head forms its own distribution over the
 #   keys, so one layer can follow several relations at once.
 # * Splitting into heads is a `view` and a `transpose`, (B, L, C) to
-#   (B, H, L, D); merging is a `transpose` and a `reshape` back. The big
-#   projection's rows $iD \dots (i+1)D-1$ are head $i$'s $W_i$.
-# * Cost and size do not depend on $h$: the FLOPs are
-#   $8BLd_{\text{model}}^2 + 4BL_qL_kd_{\text{model}}$ and the parameters
-#   $4(d_{\text{model}}^2 + d_{\text{model}})$, 1,050,624 in the base
-#   model.
+#   (B, H, L, D); merging is a `transpose` and a `reshape` back. Rows
+#   $iD \dots (i+1)D-1$ of the big projection's `weight` (stored by
+#   `nn.Linear` as (out, in)) are head $i$'s $W_i$, transposed.
+# * The matrix products and the size do not depend on $h$: the FLOPs
+#   are $4B(L_q + L_k)d_{\text{model}}^2 + 4BL_qL_kd_{\text{model}}$
+#   ($8BLd_{\text{model}}^2 + 4BL^2d_{\text{model}}$ in self-attention)
+#   and the parameters $4(d_{\text{model}}^2 + d_{\text{model}})$,
+#   1,050,624 in the base model. The (B, H, Lq, Lk) scores, their
+#   masking and softmax do grow with $h$.
 # * `keep_weights = True` stores the last (B, H, Lq, Lk) weights for
 #   pictures; by default nothing is kept.
 # * `from_torch_mha` cuts PyTorch's packed `in_proj_weight` (3C, C) into
@@ -824,9 +866,12 @@ else:
 #    assert both give the same output. Then time both at $h = 64$: which
 #    is slower, and why?
 # 2. **Heads can be shuffled.** Pick a permutation `perm` of the heads.
-#    Reorder the row blocks of $W^Q$, $W^K$, $W^V$ (and their biases)
-#    and the *column* blocks of $W^O$ the same way, and show that the
-#    output does not change. Why must $W^O$'s columns move, not its rows?
+#    In the paper's notation ($xW$) head $i$ owns a *column* block of
+#    $W^Q$, $W^K$, $W^V$ and a *row* block of $W^O$; `nn.Linear` stores
+#    the transpose, so in code reorder the row blocks of `w_q.weight`,
+#    `w_k.weight`, `w_v.weight` (and their biases) and the *column*
+#    blocks of `w_o.weight` the same way, and show that the output does
+#    not change. Why must $W^O$'s blocks move along the other axis?
 #    What does this say about the meaning of "head 3" in a trained model?
 # 3. **A fifth job.** Give the toy a head that makes every word attend to
 #    the word *two* places back. You will need $h = 5$, so choose a

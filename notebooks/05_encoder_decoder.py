@@ -389,9 +389,10 @@ for L in (20, 40):
 # that goes *into* the sublayer, so the main path from the embeddings to
 # the output is a plain sum of sublayer outputs, untouched by any
 # normalisation. The Annotated Transformer's text quotes the paper's
-# $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$, but its code computes
-# `x + dropout(sublayer(norm(x)))` and adds a final norm after each stack:
-# it is pre-LN. Xiong et al. (2020) showed that pre-LN can be trained
+# $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$, and its code computes
+# `x + dropout(sublayer(norm(x)))` with a final norm after each stack: it
+# is pre-LN, and a comment in that code says so, putting the norm first
+# for simplicity. Xiong et al. (2020) showed that pre-LN can be trained
 # without the learning-rate warm-up post-LN needs; chapter 6 compares the
 # two in practice.
 #
@@ -890,16 +891,16 @@ show(Transformer.embed)
 # a time, chapter 8; here it is 0.)
 
 # %% [markdown]
-# The paper gives no reason for the $\sqrt{d_{model}}$; the reason is the
-# relative size of the two terms. Every row of the sinusoidal table has
-# RMS exactly $\sqrt{1/2} \approx 0.71$ (half its entries are $\sin^2$,
-# half $\cos^2$, and $\sin^2 + \cos^2 = 1$). Embedding tables start with
-# small entries: we initialise them as every other matrix, Glorot-uniform
-# with bound $\sqrt{6/(V + C)}$, which gives entries of RMS
-# $\sqrt{2/(V + C)}$, under 0.01 for the paper's vocabulary. Added as they
-# are, the token would be a faint whisper under the position. Let us
-# measure it in the base model itself, built with the paper's shared
-# vocabulary of about 37,000 subword tokens.
+# The paper gives no reason for the $\sqrt{d_{model}}$. One reading, which
+# [chapter 4](04_positional_encoding) tells from the shared output matrix, is
+# the relative size of the two terms. Every row of the sinusoidal table has RMS
+# exactly $\sqrt{1/2} \approx 0.71$ (half its entries are $\sin^2$, half
+# $\cos^2$, and $\sin^2 + \cos^2 = 1$). Embedding tables start with small
+# entries: we initialise them as every other matrix, Glorot-uniform with bound
+# $\sqrt{6/(V + C)}$, which gives entries of RMS $\sqrt{2/(V + C)}$, under 0.01
+# for the paper's vocabulary. Added as they are, the token would be a faint
+# whisper under the position. Let us measure it in the base model itself, built
+# with the paper's shared vocabulary of about 37,000 subword tokens.
 
 # %%
 V_PAPER = 37_000  # shared source-target BPE vocabulary, EN-DE (the paper)
@@ -1255,9 +1256,10 @@ assert many_loss.item() > 1.05 * math.log(V)  # 1.10 or more in 20 seeds
 # - Every sublayer is wrapped in a **residual connection and a
 #   LayerNorm**. Post-LN (the paper, `norm_first=False`) normalises the
 #   sum, $\mathrm{LayerNorm}(x + f(x))$; pre-LN (`norm_first=True`, the
-#   Annotated Transformer's code despite its text) normalises only the
-#   sublayer's input, $x + f(\mathrm{LayerNorm}(x))$, lets the residual
-#   stream grow with depth, and needs a final LayerNorm after each stack.
+#   Annotated Transformer's code, by its own stated choice) normalises
+#   only the sublayer's input, $x + f(\mathrm{LayerNorm}(x))$, lets the
+#   residual stream grow with depth, and needs a final LayerNorm after
+#   each stack.
 # - The Annotated Transformer's LayerNorm (unbiased std, $\epsilon$ outside
 #   the root) differs from `nn.LayerNorm` by about $1/(2n)$, 0.1% at
 #   $n = 512$: real, but absorbable by $\gamma$. We use `nn.LayerNorm`.

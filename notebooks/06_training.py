@@ -167,11 +167,13 @@ assert (examples[:, 1:][examples[:, 1:] != PAD_ID] != BOS_ID).all()
 # $$
 #
 # and all $T$ terms come out of **one** forward pass. The decoder's input
-# is the target without its last token, $y_0 \dots y_{T-1}$, and position
-# $t$ is scored against the target without its first token,
-# $y_1 \dots y_T$: the input is the target **shifted right by one**,
-# starting with BOS. The causal mask of [chapter 2](02_masks) keeps
-# position $t$ from seeing $y_t$ itself. Feeding the true previous tokens,
+# is the target without its last token, $y_0 \dots y_{T-1}$, and its
+# output is scored against the target without its first token,
+# $y_1 \dots y_T$: decoder position $t$ reads $y_t$ and must predict
+# $y_{t+1}$. The input is the target **shifted right by one**, starting
+# with BOS. The causal mask of [chapter 2](02_masks) lets position $t$
+# see $y_0 \dots y_t$ and keeps from it $y_{t+1}$, the very token it
+# must predict, and everything after. Feeding the true previous tokens,
 # rather than the model's own guesses, is called **teacher forcing**; it
 # is what makes training parallel over positions. At inference there is
 # no teacher, and decoding must go one token at a time (later in this

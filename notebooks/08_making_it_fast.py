@@ -536,9 +536,13 @@ if device.type == "cpu":
 # `MultiHeadAttention(fused=True)` calls this function instead of the
 # hand-written one ([chapter 3](03_multi_head_attention)) and applies the
 # package's rule for a query row that may attend to nothing. It gives
-# the kernel its mask with a head axis, $(B, 1, L_q, L_k)$, a shape every
-# fused backend takes. The two paths must agree, with a
-# causal-and-padding mask, and so must the kernel and the MATH fallback:
+# the kernel its mask with a head axis, $(B, 1, L_q, L_k)$, a shape the
+# CPU kernel and CUDA's memory-efficient and cuDNN kernels take. CUDA's
+# flash kernel takes no `attn_mask` at all (the table above): a call with
+# a mask never reaches it, whatever the mask's shape, and only a call
+# with no mask or with `is_causal=True` is eligible. The two paths must
+# agree, with a causal-and-padding mask, and so must the kernel and the
+# MATH fallback:
 
 # %%
 seed_everything(SEED + 4)
@@ -1307,9 +1311,10 @@ pd.DataFrame(speedups, columns=["remedy", "measured on", "ratio"]
 # - Fused kernels (FlashAttention and its relatives) run that loop in
 #   one kernel, so the matrix never reaches main memory;
 #   `F.scaled_dot_product_attention` picks flash, memory-efficient,
-#   cuDNN or math on a GPU, and a fused C++ kernel on the CPU.
-#   `MultiHeadAttention(fused=True)` uses it and equals the
-#   hand-written path.
+#   cuDNN or math on a GPU, and a fused C++ kernel on the CPU. CUDA's
+#   flash kernel takes no mask: a masked call runs memory-efficient or
+#   cuDNN attention at best. `MultiHeadAttention(fused=True)` uses it
+#   and equals the hand-written path.
 # - The KV cache turns $O(n^2)$ projections of a generated sequence into
 #   $O(n)$; `greedy_decode(..., use_cache=True)` gives the same tokens
 #   and computed 32 positions instead of 528 for 32 tokens.

@@ -102,3 +102,18 @@ def test_api_page_lists_every_public_module():
     listed = set(re.findall(r"api-module:: ([\w.]+)", api))
     assert modules - listed == set(), "modules missing from api.md"
     assert listed - modules == set(), "api.md names modules that do not exist"
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in CHAPTERS if not p.name.startswith("00_")],
+    ids=lambda p: p.name,
+)
+def test_preface_links_every_chapter(path):
+    preface = jupytext.read(NOTEBOOKS / "00_preface.py")
+    text = "\n".join(
+        c.source for c in preface.cells if c.cell_type == "markdown"
+    )
+    assert f"]({path.stem})" in text, (
+        f"the preface's list of chapters has no link to {path.stem}: add "
+        f"an entry `N. **[Title]({path.stem})**: ...` under 'The chapters'"
+    )
