@@ -224,10 +224,14 @@ class MultiHeadAttention(nn.Module):
         static (cross-attention) cache projects ``key``/``value`` on the
         first call only and reuses them afterwards.
 
-        ``is_causal``: query i may also attend only to keys 0..i (Lq = Lk),
-        on top of ``mask`` if one is given. With ``fused`` and no other
-        mask, the fused kernel is told so instead of being given a mask,
-        which lets a GPU run FlashAttention.
+        ``is_causal``: the Lq queries are the last Lq of the Lk positions
+        (the first Lk - Lq are cached keys or a segment memory), and each
+        may also attend only to the keys at or before its own position,
+        on top of ``mask`` if one is given. With ``fused``, no other mask
+        and Lq = Lk, the fused kernel is told so instead of being given a
+        mask, which lets a GPU run FlashAttention; with Lq < Lk the mask
+        is spelled out (the kernel's own alignment is Lq = Lk's), and one
+        new query (Lq = 1) needs none.
         """
         self._check_inputs(query, key, value)
         q = self.split_heads(self.w_q(query))  # (B, H, Lq, D)
@@ -243,11 +247,20 @@ class MultiHeadAttention(nn.Module):
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): heads share
             check_mask(mask, torch.Size((B, self.h, Lq, k.size(2))))
-        if is_causal and Lq != k.size(2):
+        Lk = k.size(2)
+        if is_causal and Lq > Lk:
             raise ValueError(
-                f"is_causal needs as many queries as keys, got Lq={Lq} "
-                f"and Lk={k.size(2)}"
+                f"is_causal needs at least as many keys as queries, got "
+                f"Lq={Lq} and Lk={Lk}"
             )
+        if is_causal and Lq < Lk:
+            # The kernel's is_causal lets query i see keys 0..i (top-left);
+            # here query i sits at position Lk - Lq + i (bottom-right).
+            if Lq > 1:
+                past = causal_mask(Lk, q.device)[None, :, Lk - Lq :]
+                # past: (1, 1, Lq, Lk), a shape every fused kernel takes
+                mask = past if mask is None else mask & past
+            is_causal = False
         if self.fused and not self.keep_weights:
             # (B, H, Lq, D), as the plain path's output below
             x = self._fused_attention(q, k, v, mask, is_causal)
