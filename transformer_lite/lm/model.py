@@ -18,18 +18,16 @@ from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
 from transformer_lite.lm.memory import SegmentMemory
-from transformer_lite.positional import (
-    LearnedPositionalEmbedding,
-    SinusoidalPositionalEncoding,
+from transformer_lite.model import (
+    POSITIONS,
+    absolute_positions,
+    relative_positions,
 )
 from transformer_lite.tokens import check_token_tensor
 
 __all__ = ["LMConfig", "LanguageModel", "make_lm"]
 
-POSITIONS = {  # LMConfig.position -> the module that adds positions
-    "sinusoidal": SinusoidalPositionalEncoding,
-    "learned": LearnedPositionalEmbedding,
-}
+TABLES = ("sinusoidal", "learned")  # absolute: a memory cannot use them
 
 
 @dataclass
@@ -47,7 +45,7 @@ class LMConfig:
     dropout: float = 0.1  # one rate for every dropout
     norm_first: bool = True  # pre-LN (GPT-2 and later); False: post-LN
     tie_embeddings: bool = True  # the output layer reuses the embedding
-    position: str = "sinusoidal"  # how positions enter: see POSITIONS
+    position: str = "rope"  # where positions enter: see POSITIONS
     max_len: int = 4096  # longest sequence the positions cover
     fused: bool = True  # F.scaled_dot_product_attention, is_causal=True
 
@@ -60,7 +58,7 @@ class LMConfig:
             check_bool(name, getattr(self, name))
         if self.position not in POSITIONS:
             raise ValueError(
-                f"position must be one of {sorted(POSITIONS)}, got "
+                f"position must be one of {', '.join(POSITIONS)}; got "
                 f"{self.position!r}"
             )
         if self.d_model % self.n_heads:
@@ -70,6 +68,11 @@ class LMConfig:
             )
         if self.d_model % 2:
             raise ValueError(f"d_model must be even, got {self.d_model}")
+        if self.position == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                "position='rope' rotates pairs: the head size d_model / "
+                f"n_heads must be even, got {self.d_model // self.n_heads}"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,12 +94,17 @@ class LanguageModel(nn.Module):
         self.embed = nn.Embedding(c.vocab, c.d_model)
         # unit-variance embeddings once multiplied by sqrt(d_model)
         nn.init.normal_(self.embed.weight, std=1 / math.sqrt(c.d_model))
-        self.positional = POSITIONS[c.position](
-            c.d_model, c.dropout, c.max_len
-        )
+        self.positional = absolute_positions(c)  # nothing if relative
         self.layers = nn.ModuleList(
-            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first)
-            for _ in range(c.n_layers)
+            EncoderLayer(
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                c.dropout,
+                c.norm_first,
+                position=position,  # relative, in self-attention
+            )
+            for position in relative_positions(c, causal=True)
         )
         self.norm = (
             nn.LayerNorm(c.d_model, eps=LAYER_NORM_EPS)
@@ -132,6 +140,13 @@ class LanguageModel(nn.Module):
         check_token_tensor(tokens, "tokens")
         if cache is not None and memory is not None:
             raise ValueError("pass a cache or a segment memory, not both")
+        if memory is not None and self.config.position in TABLES:
+            raise ValueError(
+                "a segment memory needs relative positions (or none): its "
+                "tokens were seen at other offsets than the segment's; "
+                f"build the model with position='rope', 'alibi', 't5', "
+                f"'shaw' or 'none', not {self.config.position!r}"
+            )
         offset = 0 if cache is None else cache.length
         x = self.embed(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
         x = self.positional(x, offset)
