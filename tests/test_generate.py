@@ -11,6 +11,7 @@ from test_lm import V, random_tokens, tiny_lm
 
 from transformer_lite.lm import generate, top_k_filter, top_p_filter
 from transformer_lite.lm.generate import next_token
+from transformer_lite.model import POSITIONS
 
 
 def kept(filtered: torch.Tensor) -> set[int]:
@@ -131,7 +132,19 @@ def test_the_cache_gives_the_same_tokens(fused, options):
     model = tiny_lm(fused=fused)
     prompt = random_tokens(4, 3)
     outputs = [
-        generate(model, prompt, 40, **options, use_cache=use_cache,
+        generate(model, prompt, 24, **options, use_cache=use_cache,
+                 generator=torch.Generator().manual_seed(7))
+        for use_cache in (False, True)
+    ]  # fmt: skip
+    assert torch.equal(*outputs)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_the_cache_gives_the_same_tokens_with_every_position(position):
+    model = tiny_lm(position=position)
+    prompt = random_tokens(2, 3)
+    outputs = [
+        generate(model, prompt, 16, use_cache=use_cache,
                  generator=torch.Generator().manual_seed(7))
         for use_cache in (False, True)
     ]  # fmt: skip

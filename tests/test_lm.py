@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from transformer_lite import seed_everything
 from transformer_lite.layers import EncoderLayer
 from transformer_lite.lm import LMConfig, make_lm
+from transformer_lite.model import POSITIONS
 
 V = 19
 
@@ -25,10 +26,10 @@ def random_tokens(B: int, L: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(4, V, (B, L), generator=g)
 
 
-@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("fused", [False, True])
-def test_the_future_does_not_change_the_past(norm_first, fused):
-    model = tiny_lm(norm_first=norm_first, fused=fused)
+def test_the_future_does_not_change_the_past(position, fused):
+    model = tiny_lm(position=position, fused=fused)
     x = random_tokens(3, 12)
     y = x.clone()
     y[:, 7:] = random_tokens(3, 5, seed=1)
@@ -37,10 +38,11 @@ def test_the_future_does_not_change_the_past(norm_first, fused):
     assert not torch.allclose(a[:, 7:], b[:, 7:])
 
 
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_fused_equals_plain(norm_first):
-    plain = tiny_lm(norm_first=norm_first, fused=False)
-    fused = tiny_lm(norm_first=norm_first, fused=True)
+def test_fused_equals_plain(position, norm_first):
+    plain = tiny_lm(position=position, norm_first=norm_first, fused=False)
+    fused = tiny_lm(position=position, norm_first=norm_first, fused=True)
     fused.load_state_dict(plain.state_dict())
     x = random_tokens(2, 10)
     torch.testing.assert_close(fused(x), plain(x), rtol=1e-10, atol=1e-10)
@@ -57,10 +59,11 @@ def test_a_block_is_the_encoder_layer_under_a_causal_mask():
     )
 
 
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("fused", [False, True])
-@pytest.mark.parametrize("chunks", [[12], [5, 7], [5, 1, 1, 5], [1] * 12])
-def test_cached_chunks_equal_one_pass(fused, chunks):
-    model = tiny_lm(fused=fused)
+@pytest.mark.parametrize("chunks", [[5, 7], [5, 1, 1, 5], [1] * 12])
+def test_cached_chunks_equal_one_pass(position, fused, chunks):
+    model = tiny_lm(position=position, fused=fused)
     x = random_tokens(2, 12)
     expected = model(x)  # (B, L, V)
     cache = model.new_cache()
