@@ -63,7 +63,8 @@ def test_segment_batches_are_consecutive_and_start_again():
     epoch = [x for x, _ in segments(stream, 3)][:3]  # the full ones
     for got, expected in zip(batches, epoch + epoch[:2], strict=True):
         assert torch.equal(got[0], expected)
-    x, y = batches[0]
+    assert [first for _, _, first in batches] == [1, 0, 0, 1, 0]
+    x, y, _ = batches[0]
     assert torch.equal(y, x + 1)  # targets are the next tokens
 
 

@@ -138,15 +138,18 @@ def streams(ids: Tensor, n_streams: int) -> Tensor:
 
 def segment_batches(
     stream: Tensor, segment_len: int, steps: int
-) -> Iterator[tuple[Tensor, Tensor]]:
+) -> Iterator[tuple[Tensor, Tensor, bool]]:
     """``steps`` training batches: the consecutive segments of
-    ``stream``, from the start again when they run out (an epoch). A
-    new epoch is the only place where a row's text does not continue
-    the previous batch's.
+    ``stream``, from the start again when they run out (an epoch).
+
+    Yields:
+        ``(inputs, targets, first)``; ``first`` is True for the first
+        segment of an epoch, the only batch whose text does not continue
+        the previous one (a segment memory must be cleared there).
 
     Shape:
-        stream: (B, L); each yield: (inputs, targets), (B, T) each; the
-        last segment of an epoch is dropped if shorter than T.
+        stream: (B, L); inputs, targets: (B, T) each; the last segment
+        of an epoch is dropped if shorter than T.
     """
     check_sizes(segment_len=segment_len, steps=steps)
     if stream.size(1) <= segment_len:
@@ -156,10 +159,10 @@ def segment_batches(
         )
     done = 0
     while True:
-        for inputs, targets in segments(stream, segment_len):
+        for j, (inputs, targets) in enumerate(segments(stream, segment_len)):
             if inputs.size(1) < segment_len:
                 break
-            yield inputs, targets
+            yield inputs, targets, j == 0
             done += 1
             if done == steps:
                 return
