@@ -379,15 +379,8 @@ def test_is_causal_equals_a_causal_mask(fused, padding):
     assert_close(ours(x, x, x, mask, is_causal=True), expected, torch.float64)
 
 
-def test_is_causal_alone_gives_the_kernel_no_mask(monkeypatch):
-    calls = []
-    real = F.scaled_dot_product_attention
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+def test_is_causal_alone_gives_the_kernel_no_mask(kernel_calls):
+    calls = kernel_calls
     ours, _ = make_pair(16, 4, torch.float64, "cpu")
     ours.fused = True
     x = torch.randn(2, 5, 16, dtype=torch.float64)
@@ -406,20 +399,13 @@ def test_is_causal_needs_no_more_queries_than_keys():
 
 @pytest.mark.parametrize("fused", [False, True])
 def test_is_causal_with_a_cache_aligns_queries_with_the_last_keys(
-    monkeypatch, fused
+    kernel_calls, fused
 ):
     """Chunks of 5, 3 and 1 new positions through a KV cache: the same
     outputs as one causal pass over all 9. The kernel is told is_causal
     only when Lq = Lk (its own alignment is top-left, wrong for a cache);
     3 queries after 5 cached keys get a spelled-out mask, 1 query none."""
-    calls = []
-    real = F.scaled_dot_product_attention
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    calls = kernel_calls
     ours, _ = make_pair(16, 4, torch.float64, "cpu")
     ours.eval()
     x = torch.randn(2, 9, 16, dtype=torch.float64)

@@ -4,7 +4,6 @@ and its options refused with a clear error."""
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from transformer_lite import seed_everything
 from transformer_lite.layers import EncoderLayer
@@ -76,24 +75,16 @@ def test_cached_chunks_equal_one_pass(position, fused, chunks):
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
 
 
-def test_causal_calls_reach_the_kernel_as_is_causal(monkeypatch):
+def test_causal_calls_reach_the_kernel_as_is_causal(kernel_calls):
     """A full pass and a cache's first chunk (Lq = Lk) hand the kernel
     is_causal=True and no mask; one cached token needs neither."""
-    calls = []
-    real = F.scaled_dot_product_attention
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     model = tiny_lm(fused=True)
     x = random_tokens(2, 6)
     model(x)
     cache = model.new_cache()
     model(x[:, :5], cache=cache)
     model(x[:, 5:], cache=cache)
-    flags = [(c.get("is_causal"), c.get("attn_mask")) for c in calls]
+    flags = [(c.get("is_causal"), c.get("attn_mask")) for c in kernel_calls]
     assert flags == [(True, None)] * 4 + [(False, None)] * 2
 
 

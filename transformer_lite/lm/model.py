@@ -19,8 +19,8 @@ from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
 from transformer_lite.lm.memory import SegmentMemory
 from transformer_lite.model import (
-    POSITIONS,
     absolute_positions,
+    check_widths,
     relative_positions,
 )
 from transformer_lite.tokens import check_token_tensor
@@ -45,7 +45,7 @@ class LMConfig:
     dropout: float = 0.1  # one rate for every dropout
     norm_first: bool = True  # pre-LN (GPT-2 and later); False: post-LN
     tie_embeddings: bool = True  # the output layer reuses the embedding
-    position: str = "rope"  # where positions enter: see POSITIONS
+    position: str = "rope"  # where positions enter: model.POSITIONS
     max_len: int = 4096  # longest sequence the positions cover
     fused: bool = True  # F.scaled_dot_product_attention, is_causal=True
 
@@ -56,23 +56,7 @@ class LMConfig:
         check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
         for name in ("norm_first", "tie_embeddings", "fused"):
             check_bool(name, getattr(self, name))
-        if self.position not in POSITIONS:
-            raise ValueError(
-                f"position must be one of {', '.join(POSITIONS)}; got "
-                f"{self.position!r}"
-            )
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by n_heads "
-                f"({self.n_heads})"
-            )
-        if self.d_model % 2:
-            raise ValueError(f"d_model must be even, got {self.d_model}")
-        if self.position == "rope" and (self.d_model // self.n_heads) % 2:
-            raise ValueError(
-                "position='rope' rotates pairs: the head size d_model / "
-                f"n_heads must be even, got {self.d_model // self.n_heads}"
-            )
+        check_widths(self.d_model, self.n_heads, self.position)
 
     def to_dict(self) -> dict:
         return asdict(self)
