@@ -76,6 +76,7 @@ from transformer_lite.lm import (
 )
 from transformer_lite.masks import causal_mask
 from transformer_lite.tasks.text_corpus import (
+    SPECIAL,
     corpus_splits,
     pydoc_topics,
     repeated_segments,
@@ -131,7 +132,7 @@ show(LanguageModel.forward)
 
 # %% [markdown]
 # `is_causal=True` is how each block asks for the causal mask. It does
-# not build one: with the fused path, PyTorch's
+# not build one: on the fused path (the model's default), PyTorch's
 # `F.scaled_dot_product_attention` is *told* that the mask is causal and
 # is given no mask tensor, which on a CUDA GPU keeps FlashAttention
 # eligible (chapter 8: the flash kernel takes no mask). We make a small
@@ -284,6 +285,9 @@ untrained_ppl = perplexity(model, held_streams, segment_len=T)
 print(f"{model.count_parameters():,} parameters; untrained held-out "
       f"perplexity {untrained_ppl:.0f} (V = {V})")
 
+# %% tags=["remove-cell"]
+assert 0.5 * V < untrained_ppl < 3 * V, untrained_ppl
+
 # %% [markdown]
 # ## Training
 #
@@ -312,7 +316,7 @@ def train(model, *, mem_len: int = 0, evaluate: bool = False) -> dict:
     schedule = LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / WARMUP)
                         * 0.5 * (1 + math.cos(math.pi * s / STEPS)))
     memory = model.new_memory(mem_len) if mem_len else None
-    log = {"loss": [], "eval_step": [], "eval_ppl": []}
+    log = {"loss": [], "eval_step": [], "eval_ppl": [], "eval_s": 0.0}
     model.train()
     for step, (inputs, targets, first) in enumerate(
             segment_batches(train_streams, T, STEPS)):
@@ -327,21 +331,24 @@ def train(model, *, mem_len: int = 0, evaluate: bool = False) -> dict:
         schedule.step()
         log["loss"].append(loss.item())
         if evaluate and (step + 1) % EVAL_EVERY == 0:
+            tic = time.perf_counter()
             log["eval_step"].append(step + 1)
             log["eval_ppl"].append(perplexity(
                 model, held_streams, segment_len=T, mem_len=mem_len))
+            log["eval_s"] += time.perf_counter() - tic
     return log
 
 
 start = time.perf_counter()
 history = train(model, evaluate=True)
-train_seconds = time.perf_counter() - start
+train_seconds = time.perf_counter() - start - history["eval_s"]
 final_ppl = history["eval_ppl"][-1]
 nats_per_char = math.log(final_ppl) / chars_per_token
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"{STEPS} steps in {train_seconds:.0f} s")
+print(f"{STEPS} steps in {train_seconds:.0f} s (and "
+      f"{history['eval_s']:.0f} s of held-out evaluation)")
 
 # %%
 for step, ppl in zip(history["eval_step"], history["eval_ppl"],
@@ -352,7 +359,7 @@ print(f"held-out perplexity {final_ppl:.1f} per token "
       "per character)")
 
 # %% tags=["remove-cell"]
-assert final_ppl < 21, final_ppl
+assert final_ppl < 20, final_ppl
 assert final_ppl < untrained_ppl / 20
 _at_150 = history["eval_ppl"][history["eval_step"].index(150)]
 assert math.log(untrained_ppl / _at_150) > 3 * math.log(_at_150 / final_ppl)
@@ -454,8 +461,8 @@ settings = {
     "top-p, p = 0.9": dict(top_p=0.9),
 }
 samples = {}
-for k, (name, options) in enumerate(settings.items()):
-    g = torch.Generator().manual_seed(SEED + 10 + k)
+for i, (name, options) in enumerate(settings.items()):
+    g = torch.Generator().manual_seed(SEED + 10 + i)
     out = generate(model, prompt, SAMPLE_TOKENS, generator=g, **options)
     samples[name] = out[0]
     text = tokenizer.decode([1, *out[0].tolist()])
@@ -515,9 +522,9 @@ assert likelihood[0.5] > likelihood[1.0] > likelihood[1.5]
 
 # %% [markdown]
 # The filters are not just a promise of the docstring. Every token of
-# the top-$k$ sample above was among the 10 most likely at its step
-# (ties aside), which we check by running the model over the sample
-# once more:
+# the top-$k$ sample above was among the 10 most likely at its step,
+# and every greedy token the most likely, which we check by running the
+# model over the samples once more:
 
 # %%
 def rank_of_choices(tokens: torch.Tensor) -> torch.Tensor:
@@ -670,13 +677,15 @@ mask_chart(causal_mask(8)[:, 4:],
            title="A segment of 4 with a memory of 4 (True = may attend)")
 
 # %% [markdown]
-# The memory's tokens were seen at other offsets than the segment's: if
-# positions were absolute, the same token would have had position 3 in
-# its own segment and now need position $-1$. Relative positions avoid
-# the question: RoPE turns a query and a key by their positions, and
-# their score depends only on the difference, which stays right when
-# the memory's keys are placed before the segment's. The package
-# therefore refuses a memory with absolute positions:
+# The memory's tokens were seen at other offsets than the segment's. With
+# absolute positions counted from each segment's start, the last token
+# of the segment above had position 3 when it was read, and from the
+# new segment's point of view it sits at $-1$: one position, two
+# numbers. Relative positions avoid the question: RoPE turns a query and
+# a key by their positions, and their score depends only on the
+# difference, which stays right when the memory's keys are placed
+# before the segment's. The package therefore refuses a memory with
+# absolute positions:
 
 # %%
 show(SegmentMemory.update)
@@ -786,7 +795,7 @@ _plain_last = plain_by_place[-4:].mean()
 assert _xl_first < 0.8 * _plain_first, (_xl_first, _plain_first)
 assert plain_by_place[0] > 1.5 * _plain_last
 assert _xl_first < 1.15 * _plain_last, (_xl_first, _plain_last)
-assert abs(math.log(xl_by_place[-4:].mean() / _plain_last)) < math.log(1.1)
+assert abs(math.log(xl_by_place[-4:].mean() / _plain_last)) < math.log(1.05)
 
 # %% [markdown]
 # The plain model's perplexity is worst at the first place of a segment,
@@ -816,7 +825,7 @@ def train_repeat(mem_len: int) -> float:
     """Train a one-block model on repeated segments; return its accuracy
     on fresh streams, segments after the first."""
     seed_everything(SEED + 5)
-    lm = make_lm(4 + SYMBOLS, n_layers=1, d_model=64, d_ff=256,
+    lm = make_lm(len(SPECIAL) + SYMBOLS, n_layers=1, d_model=64, d_ff=256,
                  n_heads=2, dropout=0.0, position="rope")
     optimizer = torch.optim.AdamW(lm.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(SEED + 6)
@@ -883,8 +892,9 @@ assert repeat_xl > 0.95, repeat_xl
 #    memory model's gain does it recover, and what does each step cost?
 # 2. **Other positions.** Train the memory model with `position="alibi"`,
 #    `"t5"` and `"none"` (no positions at all). Which solve the repeated
-#    segments? Why does ALiBi, whose bias only decays with distance,
-#    struggle to single out the key exactly T back?
+#    segments? Can ALiBi, whose bias only decays with distance, single
+#    out the key exactly T back? Can T5, whose far offsets share
+#    buckets?
 # 3. **The memory's length.** Evaluate the memory model with M = 4, 8,
 #    32 and 64 (it was trained with 16). Does perplexity keep falling
 #    past the length it was trained with?
