@@ -135,6 +135,10 @@ print(f"device           {device}")
 # 8. **[Making it fast](08_making_it_fast)**: memory-efficient
 #    attention, fused kernels, the KV cache, mixed precision and gradient
 #    checkpointing, each measured.
+# 9. **[Positions that generalise](09_positions_that_generalise)**:
+#    RoPE, ALiBi, T5's bias and Shaw's relative keys behind one seam in
+#    attention, and which of them still work on sequences four times
+#    longer than any seen in training.
 
 # %% [markdown]
 # ## Notation

@@ -44,6 +44,17 @@ def dtype(request) -> torch.dtype:
     return request.param
 
 
+@pytest.fixture
+def one_thread():
+    """Training tiny models: matrices this small gain little from a second
+    thread, and on a busy machine its waiting made tests several times
+    slower."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def assert_close(actual, expected, dtype, msg=""):
     torch.testing.assert_close(
         actual, expected, **TOLERANCES[dtype], msg=lambda m: f"{msg}\n{m}"

@@ -7,6 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lite import (
+    POSITIONS,
     TransformerConfig,
     make_model,
     padding_mask,
@@ -157,10 +158,17 @@ def test_length_penalty_favours_longer_outputs():
     assert longer.size(1) > 3  # alpha = 2 prefers a longer output
 
 
-def real_model(seed: int = 0) -> nn.Module:
+def real_model(seed: int = 0, position: str = "sinusoidal") -> nn.Module:
     seed_everything(seed)
     model = make_model(
-        12, 12, n_layers=2, d_model=32, d_ff=64, n_heads=4, pad_id=3
+        12,
+        12,
+        n_layers=2,
+        d_model=32,
+        d_ff=64,
+        n_heads=4,
+        pad_id=3,
+        position=position,
     )
     return model.double().eval()
 
@@ -278,11 +286,16 @@ def teacher_forced_score(model, src, ys, eos, alpha) -> float:
 
 
 @pytest.mark.parametrize("alpha", [0.0, 0.6])
-@pytest.mark.parametrize("seed", range(4))
-def test_scores_equal_a_full_forward_pass(alpha, seed):
+@pytest.mark.parametrize(
+    "seed, position",
+    [(seed, "sinusoidal") for seed in range(4)]
+    + [(0, position) for position in POSITIONS if position != "sinusoidal"],
+)
+def test_scores_equal_a_full_forward_pass(alpha, seed, position):
     """The cached, reordered decoding scores each output exactly as the
-    model does in one pass: the cache rows follow their hypotheses."""
-    model = real_model(seed=seed)
+    model does in one pass: the cache rows follow their hypotheses (and,
+    with a relative position scheme, their positions)."""
+    model = real_model(seed=seed, position=position)
     with torch.no_grad():
         model.generator.weight.mul_(3)  # peakier: hypotheses diverge
     src, lengths = padded_source(seed=seed)

@@ -1,14 +1,15 @@
-"""Incremental decoding with a key/value cache equals full decoding."""
+"""Incremental decoding with a key/value cache equals full decoding, for
+every position scheme (RoPE and the biases need the cached offsets)."""
 
 import pytest
 import torch
 
 from transformer_lite.cache import KVCache
 from transformer_lite.masks import padding_mask
-from transformer_lite.model import make_model
+from transformer_lite.model import POSITIONS, make_model
 
 
-def model_and_inputs(norm_first, seed=0):
+def model_and_inputs(norm_first, seed=0, position="sinusoidal"):
     torch.manual_seed(seed)
     model = (
         make_model(
@@ -19,6 +20,7 @@ def model_and_inputs(norm_first, seed=0):
             d_ff=64,
             n_heads=4,
             norm_first=norm_first,
+            position=position,
         )
         .double()
         .eval()
@@ -29,10 +31,11 @@ def model_and_inputs(norm_first, seed=0):
     return model, src, padding_mask(src, 0), tgt
 
 
+@pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("step", [1, 2])
-def test_cached_decoding_equals_full_decoding(norm_first, step):
-    model, src, src_mask, tgt = model_and_inputs(norm_first)
+def test_cached_decoding_equals_full_decoding(norm_first, step, position):
+    model, src, src_mask, tgt = model_and_inputs(norm_first, 0, position)
     memory = model.encode(src, src_mask)
     full = model.decode(memory, src_mask, tgt)  # (B, T, C)
     cache = model.new_cache()

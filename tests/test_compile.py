@@ -49,6 +49,27 @@ def test_encode_and_a_cached_decoding_step_compile_whole(model):
         assert compiled_cache.length == eager_cache.length == 2
 
 
+@pytest.mark.parametrize("position", ["rope", "alibi", "t5", "shaw"])
+def test_relative_positions_compile_whole(position):
+    """RoPE and the biases add no graph break (fused path, chapter 9)."""
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = make_model(
+        11,
+        13,
+        n_layers=1,
+        d_model=16,
+        d_ff=32,
+        n_heads=2,
+        dropout=0.0,
+        position=position,
+    ).eval()
+    set_fused_attention(model, True)
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(SRC, TGT), model(SRC, TGT))
+
+
 def test_id_checks_are_opt_in(model):
     """Out-of-vocabulary ids: the opt-in check names them; by default the
     model reads no values (the embedding lookup is what fails)."""

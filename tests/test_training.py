@@ -790,16 +790,6 @@ COPY_STEPS = 200  # optimizer steps of 64 fresh sequences each
 EMBED_STD = 0.05
 
 
-@pytest.fixture
-def one_thread():
-    """Matrices this small gain little from a second thread, and on a busy
-    machine its waiting made this test several times slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 def test_small_model_learns_the_copy_task(one_thread):
     seed_everything(0)

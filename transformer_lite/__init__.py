@@ -45,12 +45,25 @@ from transformer_lite.layers import (
     FeedForward,
 )
 from transformer_lite.masks import causal_mask, padding_mask, target_mask
-from transformer_lite.model import Transformer, TransformerConfig, make_model
+from transformer_lite.model import (
+    POSITIONS,
+    Transformer,
+    TransformerConfig,
+    make_model,
+)
 from transformer_lite.positional import (
     LearnedPositionalEmbedding,
+    NoPositionalEncoding,
+    RelativePosition,
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
+from transformer_lite.relative import (
+    ALiBiBias,
+    ShawRelativeKeys,
+    T5RelativeBias,
+)
+from transformer_lite.rotary import RotaryEmbedding
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 
 __version__ = "0.1.0"
@@ -59,6 +72,8 @@ __all__ = [
     "BOS_ID",
     "EOS_ID",
     "PAD_ID",
+    "POSITIONS",
+    "ALiBiBias",
     "Decoder",
     "DecoderLayer",
     "Encoder",
@@ -66,7 +81,12 @@ __all__ = [
     "FeedForward",
     "LearnedPositionalEmbedding",
     "MultiHeadAttention",
+    "NoPositionalEncoding",
+    "RelativePosition",
+    "RotaryEmbedding",
+    "ShawRelativeKeys",
     "SinusoidalPositionalEncoding",
+    "T5RelativeBias",
     "Transformer",
     "TransformerConfig",
     "causal_mask",

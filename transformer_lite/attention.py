@@ -5,7 +5,10 @@
     \\mathrm{Attention}(Q, K, V) = \\mathrm{softmax}\\!\\left(
         \\frac{Q K^\\top}{\\sqrt{d_k}}\\right) V
 
-Masks follow the package convention: bool, True = may attend.
+Masks follow the package convention: bool, True = may attend. A relative
+position scheme (chapter 9) enters through
+:class:`~transformer_lite.positional.RelativePosition`: it rotates the
+queries and keys, or adds a ``bias`` to the scores, in every path.
 """
 
 import contextlib
@@ -18,6 +21,7 @@ from torch import Tensor, nn
 from transformer_lite.cache import KVCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.masks import causal_mask, check_mask
+from transformer_lite.positional import RelativePosition
 
 __all__ = [
     "MultiHeadAttention",
@@ -70,8 +74,10 @@ def scaled_dot_product_attention(
     value: Tensor,
     mask: Tensor | None = None,
     dropout: nn.Module | None = None,
+    *,
+    bias: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
-    """softmax(Q K^T / sqrt(d_k)) V, written out one operation per line.
+    """softmax(Q K^T / sqrt(d_k) + bias) V, one operation per line.
 
     A query row whose mask allows no key gets all-zero weights and a zero
     output instead of NaN, in every floating dtype. Q is divided by
@@ -85,6 +91,8 @@ def scaled_dot_product_attention(
         mask: bool, True = may attend; must broadcast to (..., Lq, Lk).
         dropout: applied to the attention weights (e.g. ``nn.Dropout``);
             ``None`` means no dropout.
+        bias: added to the scaled scores before the mask (a relative
+            position bias, chapter 9); must broadcast to (..., Lq, Lk).
 
     Shape:
         query: (..., Lq, D); key: (..., Lk, D); value: (..., Lk, Dv);
@@ -99,6 +107,8 @@ def scaled_dot_product_attention(
         q = query.to(score_dtype(query.dtype)) / math.sqrt(d_k)
         k = key.to(q.dtype)
         scores = q @ k.transpose(-2, -1)  # (..., Lq, Lk)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
     if mask is not None:
         check_mask(mask, scores.shape)
         # The most negative finite number, not -inf: a row with no allowed
@@ -132,6 +142,9 @@ class MultiHeadAttention(nn.Module):
             ``F.scaled_dot_product_attention`` (memory-efficient or
             cuDNN kernels on a GPU; CUDA's flash kernel takes no mask)
             instead of the hand-written function.
+        position: a relative position scheme for self-attention (RoPE,
+            ALiBi, T5, Shaw; chapter 9), or None. One module may serve
+            several layers (T5 shares its table within a stack).
 
     Attributes:
         keep_weights: when True, the last forward pass stores its attention
@@ -151,6 +164,8 @@ class MultiHeadAttention(nn.Module):
         dropout: float = 0.1,
         bias: bool = True,
         fused: bool = False,
+        *,
+        position: RelativePosition | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model, low=1)
@@ -163,6 +178,11 @@ class MultiHeadAttention(nn.Module):
         check_real("dropout", dropout, low=0.0, high=1.0, high_open=True)
         check_bool("bias", bias)
         check_bool("fused", fused)
+        if position is not None and not isinstance(position, RelativePosition):
+            raise ValueError(
+                "position must be a RelativePosition (RoPE, ALiBi, T5, "
+                f"Shaw) or None, got {type(position).__name__}"
+            )
         self.d_model = d_model
         self.h = n_heads
         self.d_k = d_model // n_heads
@@ -173,6 +193,7 @@ class MultiHeadAttention(nn.Module):
         self.dropout_p = dropout
         self.dropout = nn.Dropout(dropout) if dropout > 0 else None
         self.fused = fused
+        self.position = position
         self.keep_weights = False
         self.weights: Tensor | None = None
 
@@ -206,6 +227,12 @@ class MultiHeadAttention(nn.Module):
                 f"key and value must have the same length, got "
                 f"{tuple(key.shape)} and {tuple(value.shape)}"
             )
+        if self.position is not None and key.size(1) != query.size(1):
+            raise ValueError(
+                "a relative position scheme serves self-attention: query "
+                f"and key must have the same length, got {tuple(query.shape)}"
+                f" and {tuple(key.shape)}"
+            )
 
     def forward(
         self,
@@ -228,16 +255,29 @@ class MultiHeadAttention(nn.Module):
         on top of ``mask`` if one is given. With ``fused`` and no other
         mask, the fused kernel is told so instead of being given a mask,
         which lets a GPU run FlashAttention.
+
+        With a ``position`` scheme, the new queries and keys sit at
+        positions t .. t + L - 1, t being the number of cached keys (0
+        without a cache); the cached keys keep theirs.
         """
         self._check_inputs(query, key, value)
         q = self.split_heads(self.w_q(query))  # (B, H, Lq, D)
+        t = 0 if cache is None else cache.length  # positions held already
+        if self.position is not None:  # self-attention: Lk = t + Lq
+            positions = torch.arange(t + query.size(1), device=q.device)
         if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value  # (B, H, Lk, D), computed once
         else:
             k = self.split_heads(self.w_k(key))  # (B, H, Lk, D)
             v = self.split_heads(self.w_v(value))  # (B, H, Lk, D)
+            if self.position is not None:  # keys are cached rotated
+                k = self.position.rotate(k, positions[t:])
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, H, L_cached + Lk, D)
+        bias = None
+        if self.position is not None:
+            q = self.position.rotate(q, positions[t:])
+            bias = self.position.bias(q, positions[t:], positions)
         B, _, Lq, _ = q.shape
         if mask is not None:
             if mask.dim() == 3:
@@ -250,13 +290,15 @@ class MultiHeadAttention(nn.Module):
             )
         if self.fused and not self.keep_weights:
             # (B, H, Lq, D), as the plain path's output below
-            x = self._fused_attention(q, k, v, mask, is_causal)
+            x = self._fused_attention(q, k, v, mask, is_causal, bias)
         else:
             if is_causal:
                 future = causal_mask(Lq, q.device)  # (1, Lq, Lk)
                 mask = future if mask is None else mask & future
             dropout = self.dropout if self.training else None
-            x, weights = scaled_dot_product_attention(q, k, v, mask, dropout)
+            x, weights = scaled_dot_product_attention(
+                q, k, v, mask, dropout, bias=bias
+            )
             if self.keep_weights:
                 self.weights = weights.detach()  # (B, H, Lq, Lk)
         return self.w_o(self.merge_heads(x))  # (B, Lq, C)
@@ -268,9 +310,12 @@ class MultiHeadAttention(nn.Module):
         v: Tensor,
         mask: Tensor | None,
         is_causal: bool = False,
+        bias: Tensor | None = None,
     ) -> Tensor:
         p = self.dropout_p if self.training else 0.0
-        return fused_attention(q, k, v, mask, dropout_p=p, is_causal=is_causal)
+        return fused_attention(
+            q, k, v, mask, dropout_p=p, is_causal=is_causal, bias=bias
+        )
 
 
 def fused_attention(
@@ -280,30 +325,45 @@ def fused_attention(
     mask: Tensor | None = None,
     dropout_p: float = 0.0,
     is_causal: bool = False,
+    *,
+    bias: Tensor | None = None,
 ) -> Tensor:
     """PyTorch's fused ``F.scaled_dot_product_attention`` with the
     package's rule for a query row whose mask allows no key: a zero
     output, as :func:`scaled_dot_product_attention` gives.
 
     No mask at all (none, or causal alone, given as ``is_causal``) lets
-    a GPU choose FlashAttention, which takes no mask tensor.
+    a GPU choose FlashAttention, which takes no mask tensor. A ``bias``
+    (chapter 9) goes to the kernel as a float mask, with -inf where the
+    bool mask forbids a key.
 
     Shape:
         as :func:`scaled_dot_product_attention`; output: (..., Lq, Dv).
     """
-    if mask is None:
+    if mask is None and bias is None:
         return F.scaled_dot_product_attention(
             query, key, value, dropout_p=dropout_p, is_causal=is_causal
         )
     if is_causal:
         future = causal_mask(query.size(-2), query.device)  # (1, Lq, Lk)
-        mask = mask & future  # (B, H or 1, Lq, Lk)
+        mask = future if mask is None else mask & future  # (B, ., Lq, Lk)
+    if mask is None:
+        return F.scaled_dot_product_attention(
+            query,
+            key,
+            value,
+            attn_mask=bias.to(query.dtype),
+            dropout_p=dropout_p,
+        )
     # A query row with no allowed key: the kernel sees every key for it
     # (some CUDA kernels give NaN for an empty row, in the backward pass
     # too), and its output is then zeroed, as in the plain path.
     empty = ~mask.any(dim=-1, keepdim=True)  # (..., Lq, 1)
+    allowed = mask | empty
+    if bias is not None:  # the float mask: bias where allowed, else -inf
+        allowed = bias.to(query.dtype).masked_fill(~allowed, -math.inf)
     x = F.scaled_dot_product_attention(
-        query, key, value, attn_mask=mask | empty, dropout_p=dropout_p
+        query, key, value, attn_mask=allowed, dropout_p=dropout_p
     )
     return x.masked_fill(empty, 0.0)
 

@@ -32,6 +32,11 @@ class KVCache:
     key: Tensor | None = None
     value: Tensor | None = None
 
+    @property
+    def length(self) -> int:
+        """How many positions the cache holds (0 before the first step)."""
+        return 0 if self.key is None else self.key.size(2)
+
     def update(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
         """Store (static) or append (self-attention) new keys and values and
         return everything cached so far."""

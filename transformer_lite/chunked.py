@@ -8,9 +8,11 @@ running sum of exponentials and a running weighted sum of values: the
 online softmax (Milakov and Gimelshein, 2018) that FlashAttention (Dao et
 al., 2022) runs inside one GPU kernel. Here it is plain PyTorch, one
 operation per line; ``transformer_lite.bench`` measures what it saves.
+A relative position bias (chapter 9) is computed chunk by chunk too.
 """
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -26,6 +28,10 @@ from transformer_lite.masks import check_mask
 
 __all__ = ["chunked_attention"]
 
+# bias(query_block, query_index, key_index) -> the block's bias, e.g. a
+# RelativePosition's bias method; the indices count from 0 in Lq and Lk.
+BiasFunction = Callable[[Tensor, Tensor, Tensor], Tensor]
+
 
 def chunked_attention(
     query: Tensor,
@@ -35,8 +41,11 @@ def chunked_attention(
     chunk_size: int = 256,
     query_chunk_size: int | None = None,
     recompute: bool = False,
+    *,
+    bias: Tensor | BiasFunction | None = None,
 ) -> Tensor:
-    """softmax(Q K^T / sqrt(d_k)) V without the (Lq, Lk) matrix of scores.
+    """softmax(Q K^T / sqrt(d_k) + bias) V without the (Lq, Lk) matrix of
+    scores.
 
     The keys and values are visited in chunks :math:`K_j, V_j`. Each query
     row carries a running maximum :math:`m` (start :math:`-\\infty`), a
@@ -74,6 +83,11 @@ def chunked_attention(
             (activation checkpointing), as FlashAttention's backward does.
             Without it, autograd keeps every chunk's ``p`` for the
             backward pass: O(Lq * Lk) memory again, as plain attention.
+        bias: added to the scaled scores (chapter 9): a tensor that
+            broadcasts to (..., Lq, Lk), or, to keep memory bounded, a
+            function ``bias(query_block, query_index, key_index)`` that
+            returns the bias of those queries and keys (indices count
+            from 0; a ``RelativePosition``'s ``bias`` method is one).
 
     Shape:
         query: (..., Lq, D); key: (..., Lk, D); value: (..., Lk, Dv);
@@ -98,6 +112,7 @@ def chunked_attention(
         stop = min(start + block, Lq)
         q = query[..., start:stop, :]  # (..., Lb, D)
         block_mask = _narrow(mask, -2, start, stop)
+        block_bias = _block_bias(bias, q, start, stop)
         if recompute and torch.is_grad_enabled():
             out = checkpoint(
                 _attend_block,
@@ -106,10 +121,13 @@ def chunked_attention(
                 value,
                 block_mask,
                 chunk_size,
+                block_bias,
                 use_reentrant=False,
             )
         else:
-            out = _attend_block(q, key, value, block_mask, chunk_size)
+            out = _attend_block(
+                q, key, value, block_mask, chunk_size, block_bias
+            )
         outputs.append(out)  # (..., Lb, Dv)
     return torch.cat(outputs, dim=-2)  # (..., Lq, Dv)
 
@@ -122,17 +140,46 @@ def _narrow(mask: Tensor | None, dim: int, start: int, stop: int):
     return mask.narrow(dim, start, stop - start)
 
 
+def _block_bias(bias, q: Tensor, start: int, stop: int):
+    """The bias of queries start..stop-1, as a function of the key chunk
+    (start and stop as indices into Lk), or None."""
+    if bias is None:
+        return None
+    rows = torch.arange(start, stop, device=q.device)  # (Lb,)
+    block = None
+    if isinstance(bias, Tensor):
+        block = _narrow(torch.atleast_2d(bias), -2, start, stop)
+
+    def chunk_bias(begin: int, end: int) -> Tensor:
+        if block is not None:
+            return _narrow(block, -1, begin, end)  # (..., Lb or 1, c)
+        keys = torch.arange(begin, end, device=q.device)  # (c,)
+        return bias(q, rows, keys)  # (..., Lb, c)
+
+    return chunk_bias
+
+
 def _attend_block(
-    q: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, chunk: int
+    q: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    chunk: int,
+    bias: Callable[[int, int], Tensor] | None = None,
 ) -> Tensor:
     """The online softmax of one block of queries over every key chunk,
     accumulated in float32 (or float64) with autocast off."""
     with full_precision(q.device):
-        return _online_softmax(q, key, value, mask, chunk)
+        return _online_softmax(q, key, value, mask, chunk, bias)
 
 
 def _online_softmax(
-    q: Tensor, key: Tensor, value: Tensor, mask: Tensor | None, chunk: int
+    q: Tensor,
+    key: Tensor,
+    value: Tensor,
+    mask: Tensor | None,
+    chunk: int,
+    bias: Callable[[int, int], Tensor] | None,
 ) -> Tensor:
     Lq, d_k, Dv = q.size(-2), q.size(-1), value.size(-1)
     batch = torch.broadcast_shapes(
@@ -148,6 +195,8 @@ def _online_softmax(
         k = key[..., start:stop, :]  # (..., c, D)
         v = value[..., start:stop, :]  # (..., c, Dv)
         s = q @ k.to(acc).transpose(-2, -1)  # (..., Lq, c)
+        if bias is not None:
+            s = s + bias(start, stop).to(acc)
         if mask is not None:
             s = s.masked_fill(~_narrow(mask, -1, start, stop), -math.inf)
         # The result does not depend on the shift m (it cancels in o / l),

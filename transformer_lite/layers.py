@@ -6,7 +6,13 @@ in one of two ways (one flag, ``norm_first``, as in PyTorch):
 * post-LN (the paper, ``norm_first=False``): ``x = LayerNorm(x + f(x))``
 * pre-LN (the Annotated Transformer's code, ``norm_first=True``):
   ``x = x + f(LayerNorm(x))``, with a final LayerNorm after the stack.
+
+A relative position scheme (chapter 9) is given to each layer's
+self-attention; cross-attention has none (a target position and a
+source position have no offset that means anything).
 """
+
+from collections.abc import Sequence
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -14,6 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from transformer_lite.attention import MultiHeadAttention
 from transformer_lite.cache import DecoderCache, LayerCache
+from transformer_lite.positional import RelativePosition
 
 __all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
 
@@ -53,6 +60,7 @@ class EncoderLayer(nn.Module):
         dropout: dropout on attention weights, after the ReLU, and on each
             sublayer's output before the residual sum.
         norm_first: False for the paper's post-LN, True for pre-LN.
+        position: the self-attention's relative position scheme, or None.
 
     Shape:
         x: (B, S, C); mask: (B, 1, S) or (B, S, S); output: (B, S, C).
@@ -65,9 +73,13 @@ class EncoderLayer(nn.Module):
         d_ff: int,
         dropout: float = 0.1,
         norm_first: bool = False,
+        *,
+        position: RelativePosition | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, dropout, position=position
+        )
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
         self.norm2 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
@@ -109,9 +121,13 @@ class DecoderLayer(nn.Module):
         d_ff: int,
         dropout: float = 0.1,
         norm_first: bool = False,
+        *,
+        position: RelativePosition | None = None,
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.self_attn = MultiHeadAttention(
+            d_model, n_heads, dropout, position=position
+        )
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
         self.feed_forward = FeedForward(d_model, d_ff, dropout)
         self.norm1 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
@@ -157,7 +173,13 @@ class DecoderLayer(nn.Module):
 
 class _Stack(nn.Module):
     """``n_layers`` copies of ``layer_type`` and, in pre-LN, a final
-    LayerNorm: what :class:`Encoder` and :class:`Decoder` share."""
+    LayerNorm: what :class:`Encoder` and :class:`Decoder` share.
+
+    ``positions``: one relative position scheme per layer (or None). A
+    scheme shared by the layers, as T5's table, is the same module in
+    every place: ``parameters()`` yields it once, and the state dict
+    names it in each layer, as it does tied embeddings.
+    """
 
     layer_type: type[nn.Module]
 
@@ -169,11 +191,26 @@ class _Stack(nn.Module):
         d_ff: int,
         dropout: float = 0.1,
         norm_first: bool = False,
+        *,
+        positions: Sequence[RelativePosition | None] | None = None,
     ) -> None:
         super().__init__()
+        positions = [None] * n_layers if positions is None else positions
+        if len(positions) != n_layers:
+            raise ValueError(
+                f"positions must hold one scheme (or None) per layer: "
+                f"{n_layers}, got {len(positions)}"
+            )
         self.layers = nn.ModuleList(
-            self.layer_type(d_model, n_heads, d_ff, dropout, norm_first)
-            for _ in range(n_layers)
+            self.layer_type(
+                d_model,
+                n_heads,
+                d_ff,
+                dropout,
+                norm_first,
+                position=position,
+            )
+            for position in positions
         )
         self.norm = (
             nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if norm_first else None

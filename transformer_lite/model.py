@@ -1,7 +1,8 @@
 """The full encoder-decoder Transformer (chapter 5).
 
 ``make_model(src_vocab, tgt_vocab)`` builds the paper's base model; a
-:class:`TransformerConfig` names every choice.
+:class:`TransformerConfig` names every choice, among them where positions
+enter the model (``position``, one of :data:`POSITIONS`; chapter 9).
 """
 
 import math
@@ -14,10 +15,36 @@ from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import Decoder, Encoder
 from transformer_lite.masks import padding_mask, target_mask
-from transformer_lite.positional import SinusoidalPositionalEncoding
+from transformer_lite.positional import (
+    LearnedPositionalEmbedding,
+    NoPositionalEncoding,
+    RelativePosition,
+    SinusoidalPositionalEncoding,
+)
+from transformer_lite.relative import (
+    ALiBiBias,
+    ShawRelativeKeys,
+    T5RelativeBias,
+)
+from transformer_lite.rotary import RotaryEmbedding
 from transformer_lite.tokens import check_token_ids, check_token_tensor
 
-__all__ = ["Transformer", "TransformerConfig", "make_model"]
+__all__ = [
+    "POSITIONS",
+    "Transformer",
+    "TransformerConfig",
+    "absolute_positions",
+    "make_model",
+    "relative_positions",
+]
+
+# Where positions enter the model. Absolute: added to the embeddings
+# ("none": nothing is added). Relative: inside every self-attention.
+ABSOLUTE = ("sinusoidal", "learned", "none")
+RELATIVE = ("rope", "alibi", "t5", "shaw")
+POSITIONS = ABSOLUTE + RELATIVE
+T5_BUCKETS, T5_DISTANCE = 32, 128  # T5's buckets and max_distance
+SHAW_DISTANCE = 16  # Shaw et al.'s clipping distance k
 
 
 @dataclass
@@ -36,8 +63,9 @@ class TransformerConfig:
     dropout: float = 0.1  # P_drop, one rate for every dropout
     norm_first: bool = False  # False: post-LN (paper); True: pre-LN
     tie_embeddings: bool = False  # share src/tgt embeddings and the output
-    max_len: int = 5000  # longest sequence the positional table covers
+    max_len: int = 5000  # longest sequence (the size of a position table)
     pad_id: int = 0  # the padding token id, the same in both vocabularies
+    position: str = "sinusoidal"  # where positions enter: see POSITIONS
 
     def __post_init__(self) -> None:
         for name in (
@@ -54,6 +82,11 @@ class TransformerConfig:
         check_bool("norm_first", self.norm_first)
         check_bool("tie_embeddings", self.tie_embeddings)
         check_int("pad_id", self.pad_id)
+        if self.position not in POSITIONS:
+            raise ValueError(
+                f"position must be one of {', '.join(POSITIONS)}; got "
+                f"{self.position!r}"
+            )
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads "
@@ -61,6 +94,11 @@ class TransformerConfig:
             )
         if self.d_model % 2:
             raise ValueError(f"d_model must be even, got {self.d_model}")
+        if self.position == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                "position='rope' rotates pairs: the head size d_model / "
+                f"n_heads must be even, got {self.d_model // self.n_heads}"
+            )
         for name in ("src_vocab", "tgt_vocab"):
             if not 0 <= self.pad_id < getattr(self, name):
                 raise ValueError(
@@ -90,7 +128,50 @@ class TransformerConfig:
         generator = self.tgt_vocab * d + self.tgt_vocab
         if self.tie_embeddings:  # one matrix serves all three
             embeddings, generator = self.src_vocab * d, self.tgt_vocab
-        return encoder + decoder + final_norms + embeddings + generator
+        positions = {  # the schemes that learn something
+            "learned": self.max_len * d,  # one table for both stacks
+            "t5": 2 * T5_BUCKETS * self.n_heads,  # one table per stack
+            "shaw": 2 * N * (2 * SHAW_DISTANCE + 1) * (d // self.n_heads),
+        }.get(self.position, 0)
+        layers = encoder + decoder + final_norms
+        return layers + embeddings + generator + positions
+
+
+def absolute_positions(config: TransformerConfig) -> nn.Module:
+    """The module that adds positions to the embeddings (and applies
+    dropout): the sinusoidal table, a learned one, or nothing."""
+    c = config
+    kind = {
+        "sinusoidal": SinusoidalPositionalEncoding,
+        "learned": LearnedPositionalEmbedding,
+    }.get(c.position, NoPositionalEncoding)
+    return kind(c.d_model, c.dropout, c.max_len)
+
+
+def relative_positions(
+    config: TransformerConfig, *, causal: bool
+) -> list[RelativePosition | None]:
+    """One relative scheme per layer of a stack, for its self-attention
+    (``causal``: the decoder's), or ``None`` per layer for an absolute
+    scheme. RoPE, ALiBi and T5 share one module within a stack; Shaw's
+    tables are one per layer, as in the paper."""
+    c = config
+    d_k, n = c.d_model // c.n_heads, c.n_layers
+    if c.position == "rope":
+        return [RotaryEmbedding(d_k)] * n
+    if c.position == "alibi":
+        return [ALiBiBias(c.n_heads)] * n
+    if c.position == "t5":
+        table = T5RelativeBias(
+            c.n_heads,
+            bidirectional=not causal,
+            n_buckets=T5_BUCKETS,
+            max_distance=T5_DISTANCE,
+        )
+        return [table] * n
+    if c.position == "shaw":
+        return [ShawRelativeKeys(d_k, SHAW_DISTANCE) for _ in range(n)]
+    return [None] * n
 
 
 class Transformer(nn.Module):
@@ -112,9 +193,7 @@ class Transformer(nn.Module):
         self.check_ids = False  # True: check token ids on every call
         self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
         self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
-        self.positional = SinusoidalPositionalEncoding(
-            c.d_model, c.dropout, c.max_len
-        )
+        self.positional = absolute_positions(c)
         stack = (
             c.n_layers,
             c.d_model,
@@ -123,8 +202,12 @@ class Transformer(nn.Module):
             c.dropout,
             c.norm_first,
         )
-        self.encoder = Encoder(*stack)
-        self.decoder = Decoder(*stack)
+        self.encoder = Encoder(
+            *stack, positions=relative_positions(c, causal=False)
+        )
+        self.decoder = Decoder(
+            *stack, positions=relative_positions(c, causal=True)
+        )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab)
         self._init_parameters()
         if c.tie_embeddings:
@@ -133,8 +216,16 @@ class Transformer(nn.Module):
 
     def _init_parameters(self) -> None:
         """Glorot-uniform for every matrix, zero for biases; LayerNorm
-        weights stay at one."""
+        weights stay at one; position tables keep their own start."""
+        own = {
+            id(p)
+            for m in self.modules()
+            if isinstance(m, RelativePosition | LearnedPositionalEmbedding)
+            for p in m.parameters()
+        }
         for name, p in self.named_parameters():
+            if id(p) in own:
+                continue
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
             elif name.endswith("bias"):

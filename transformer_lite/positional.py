@@ -1,10 +1,16 @@
-"""Positional encodings (chapter 4).
+"""Positional encodings (chapter 4), and where relative ones enter
+attention (chapter 9).
 
 .. math::
 
     PE_{(pos, 2i)} = \\sin\\!\\left(pos / 10000^{2i / d_{model}}\\right),
     \\qquad
     PE_{(pos, 2i+1)} = \\cos\\!\\left(pos / 10000^{2i / d_{model}}\\right)
+
+Absolute schemes add a vector per position to the embeddings: the
+sinusoidal table, a learned table, or nothing
+(:class:`NoPositionalEncoding`). Relative schemes act inside attention
+instead, through the two hooks of :class:`RelativePosition`.
 """
 
 import math
@@ -16,6 +22,8 @@ from transformer_lite.checks import check_int, check_real
 
 __all__ = [
     "LearnedPositionalEmbedding",
+    "NoPositionalEncoding",
+    "RelativePosition",
     "SinusoidalPositionalEncoding",
     "sinusoidal_table",
 ]
@@ -108,7 +116,7 @@ class LearnedPositionalEmbedding(nn.Module):
     """The alternative: one trained vector per position (as in BERT, GPT).
 
     Shape:
-        x: (B, L, C) with L <= max_len; output: (B, L, C).
+        x: (B, L, C) with offset + L <= max_len; output: (B, L, C).
     """
 
     def __init__(
@@ -121,7 +129,74 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.embedding.weight, std=1 / math.sqrt(d_model))
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor) -> Tensor:
-        _check_length(x, self.d_model, self.max_len)
-        positions = torch.arange(x.size(1), device=x.device)  # (L,)
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        """Add the vectors of positions offset .. offset + L - 1."""
+        _check_length(x, self.d_model, self.max_len, offset)
+        L = x.size(1)
+        positions = torch.arange(offset, offset + L, device=x.device)  # (L,)
         return self.dropout(x + self.embedding(positions))
+
+
+class NoPositionalEncoding(nn.Module):
+    """No absolute positions: dropout on the embeddings only, for models
+    whose positions enter attention (chapter 9) or that have none.
+
+    Shape:
+        x: (B, L, C) with offset + L <= max_len; output: (B, L, C).
+    """
+
+    def __init__(
+        self, d_model: int, dropout: float = 0.1, max_len: int = 5000
+    ) -> None:
+        super().__init__()
+        self.d_model = d_model
+        self.max_len = max_len
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, offset: int = 0) -> Tensor:
+        _check_length(x, self.d_model, self.max_len, offset)
+        return self.dropout(x)
+
+
+class RelativePosition(nn.Module):
+    """Where a relative scheme enters attention (chapter 9): the seam.
+
+    Attention calls two hooks, and a scheme overrides one of them:
+
+    * :meth:`rotate` turns each query and key by its position before the
+      product (RoPE, :mod:`transformer_lite.rotary`);
+    * :meth:`bias` returns a term added to the scores
+      :math:`QK^\\top / \\sqrt{d_k}` before the mask and the softmax
+      (ALiBi, T5, Shaw: :mod:`transformer_lite.relative`).
+
+    Both take positions, not lengths, so that a cached decoding step
+    (whose queries sit at positions t .. t + Lq - 1 and whose keys are
+    0 .. t + Lq - 1) computes what the whole sequence would. As a bias
+    is a tensor, every attention path takes it: the plain one adds it,
+    the fused one passes it to ``F.scaled_dot_product_attention`` as a
+    float mask, the chunked one adds it chunk by chunk. The base class
+    does nothing, so a scheme overrides only its own hook.
+    """
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """Queries or keys with row l turned by ``positions[l]``; the
+        base class returns ``x`` unchanged.
+
+        Shape:
+            x: (B, H, L, D); positions: (L,), integers; output: as x.
+        """
+        return x
+
+    def bias(
+        self, query: Tensor, query_positions: Tensor, key_positions: Tensor
+    ) -> Tensor | None:
+        """The term added to the scaled scores, or None (the base class).
+
+        ``query`` is the (rotated) query before scaling; only schemes
+        whose bias depends on it (Shaw's) read it.
+
+        Shape:
+            query: (B, H, Lq, D); query_positions: (Lq,);
+            key_positions: (Lk,); output: broadcasts to (B, H, Lq, Lk).
+        """
+        return None
