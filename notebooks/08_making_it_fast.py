@@ -43,6 +43,7 @@ import platform
 import statistics
 import textwrap
 import time
+from unittest import mock
 
 # peak_memory (below) reads the PyTorch profiler, whose C++ side logs a
 # line at every start and stop; level 6 keeps it quiet. It must be set
@@ -77,6 +78,7 @@ from transformer_lite.cache import KVCache
 from transformer_lite.chunked import chunked_attention
 from transformer_lite.decoding import greedy_decode
 from transformer_lite.device import book_seed
+from transformer_lite.lm import generate, make_lm
 from transformer_lite.masks import local_mask
 from transformer_lite.tasks.copy_task import copy_task_batches
 from transformer_lite.tokens import PAD_ID
@@ -594,6 +596,47 @@ torch.testing.assert_close(y_causal, y_masked, rtol=1e-4, atol=1e-5)
 assert MATH_OP not in causal_ops
 if device.type == "cpu":
     assert causal_ops == [CPU_FLASH_OP], causal_ops
+
+# %% [markdown]
+# The package's own causal-only calls take this path. The decoder-only
+# language model of [chapter 10](10_language_model) runs each of its
+# blocks with `is_causal=True`. When it generates with a KV cache, the
+# prompt (as many queries as keys) goes the same way, and each later
+# step, one query that may see every cached key, needs no mask at all;
+# a chunk of several new queries after cached keys is the one case that
+# gets a mask tensor, since the kernel's `is_causal` aligns queries with
+# the first keys, not the last. The encoder-decoder's decoder keeps its
+# mask: its targets are padded, so causality is not its only constraint.
+# Watching the kernel's arguments during one pass and one cached
+# generation of a small language model:
+
+# %%
+seed_everything(SEED + 5)
+lm = make_lm(50, n_layers=2, d_model=64, n_heads=4, dropout=0.0)
+lm = lm.to(device).eval()  # fused attention is the model's default
+ids = torch.randint(4, 50, (2, 32), device=device)  # (B, L)
+kernel = F.scaled_dot_product_attention
+kernel_args = []
+
+
+def spy(*args, **kwargs):
+    kernel_args.append((kwargs.get("is_causal", False),
+                        kwargs.get("attn_mask") is None))
+    return kernel(*args, **kwargs)
+
+
+with mock.patch.object(F, "scaled_dot_product_attention", spy):
+    lm(ids)  # 2 blocks
+    generate(lm, ids[:, :8], 4, temperature=0)  # prompt, then 3 steps
+lm_ops = kernels_used(lambda: lm(ids))
+print("(is_causal, no mask tensor) per call:", kernel_args)
+print("one pass ran", lm_ops)
+
+# %% tags=["remove-cell"]
+assert kernel_args == [(True, True)] * 4 + [(False, True)] * 6
+assert MATH_OP not in lm_ops
+if device.type == "cpu":
+    assert lm_ops == [CPU_FLASH_OP], lm_ops
 
 # %%
 # NBVAL_IGNORE_OUTPUT

@@ -66,3 +66,20 @@ def random_padding(lengths, max_len, device=None) -> torch.Tensor:
     positions = torch.arange(max_len, device=device)
     lengths = torch.as_tensor(lengths, device=device)
     return (positions < lengths[:, None]).unsqueeze(1)
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch) -> list[dict]:
+    """The keyword arguments of every call to
+    ``F.scaled_dot_product_attention`` during the test, in order."""
+    import torch.nn.functional as F
+
+    calls = []
+    real = F.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+    return calls

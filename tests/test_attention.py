@@ -11,6 +11,7 @@ from transformer_lite.attention import (
     MultiHeadAttention,
     scaled_dot_product_attention,
 )
+from transformer_lite.cache import KVCache
 from transformer_lite.interop import from_torch_mha
 from transformer_lite.masks import causal_mask, to_torch_attn_mask
 
@@ -378,15 +379,8 @@ def test_is_causal_equals_a_causal_mask(fused, padding):
     assert_close(ours(x, x, x, mask, is_causal=True), expected, torch.float64)
 
 
-def test_is_causal_alone_gives_the_kernel_no_mask(monkeypatch):
-    calls = []
-    real = F.scaled_dot_product_attention
-
-    def spy(*args, **kwargs):
-        calls.append(kwargs)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
+def test_is_causal_alone_gives_the_kernel_no_mask(kernel_calls):
+    calls = kernel_calls
     ours, _ = make_pair(16, 4, torch.float64, "cpu")
     ours.fused = True
     x = torch.randn(2, 5, 16, dtype=torch.float64)
@@ -396,8 +390,36 @@ def test_is_causal_alone_gives_the_kernel_no_mask(monkeypatch):
     assert [c.get("is_causal") for c in calls] == [True, False]
 
 
-def test_is_causal_needs_square_attention():
+def test_is_causal_needs_no_more_queries_than_keys():
     ours, _ = make_pair(16, 4, torch.float64, "cpu")
-    x, m = torch.randn(2, 5, 16).double(), torch.randn(2, 7, 16).double()
-    with pytest.raises(ValueError, match="as many queries as keys"):
+    x, m = torch.randn(2, 7, 16).double(), torch.randn(2, 5, 16).double()
+    with pytest.raises(ValueError, match="as many keys as queries"):
         ours(x, m, m, is_causal=True)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_is_causal_with_a_cache_aligns_queries_with_the_last_keys(
+    kernel_calls, fused
+):
+    """Chunks of 5, 3 and 1 new positions through a KV cache: the same
+    outputs as one causal pass over all 9. The kernel is told is_causal
+    only when Lq = Lk (its own alignment is top-left, wrong for a cache);
+    3 queries after 5 cached keys get a spelled-out mask, 1 query none."""
+    calls = kernel_calls
+    ours, _ = make_pair(16, 4, torch.float64, "cpu")
+    ours.eval()
+    x = torch.randn(2, 9, 16, dtype=torch.float64)
+    expected = ours(x, x, x, causal_mask(9))  # (B, L, C)
+    ours.fused = fused
+    cache = KVCache()
+    chunks = [x[:, :5], x[:, 5:8], x[:, 8:]]
+    outputs = [ours(c, c, c, cache=cache, is_causal=True) for c in chunks]
+    assert_close(torch.cat(outputs, dim=1), expected, torch.float64)
+    if fused:
+        assert [c.get("is_causal") for c in calls] == [True, None, False]
+        masks = [c.get("attn_mask") for c in calls]
+        assert masks[0] is None and masks[2] is None
+        assert masks[1].shape == (1, 1, 3, 8)
+        assert torch.equal(masks[1][0, 0], causal_mask(8)[0, 5:])
+    else:
+        assert calls == []  # the hand-written path calls no kernel

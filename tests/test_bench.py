@@ -64,6 +64,7 @@ def test_json_holds_every_measurement(quick_run):
         "training",
         "decoding",
         "attention",
+        "generation",
         "targets",
     }
     assert written["repeats"] == 1
@@ -101,17 +102,27 @@ def test_decoding_rows_give_the_same_tokens(quick_run):
         assert row["speedup"] > 0 and row["compiled_speedup"] > 0
 
 
+def test_the_language_model_row_gives_the_same_tokens(quick_run):
+    _, written, _ = quick_run
+    row = written["generation"]
+    assert row["new_tokens"] == max(QUICK.decode_tokens)
+    assert row["batch"] == QUICK.decode_batch
+    assert len(row["cached"]["times_s"]) == 1
+    assert row["same_tokens"] is True and row["speedup"] > 0
+
+
 def test_printout_is_markdown_tables(quick_run):
     _, written, text = quick_run
     for title in ("Machine", "Training step", "Greedy decoding"):
         assert f"## {title}" in text
     assert "## Attention alone" in text and "## Targets" in text
+    assert "## Language model: generation (greedy)" in text
     tables = [
         block.splitlines()
         for block in text.split("\n\n")
         if block.startswith("| ")
     ]
-    assert len(tables) == 5
+    assert len(tables) == 6
     for lines in tables:
         columns = lines[0].count("|")
         assert lines[1].startswith("|---")

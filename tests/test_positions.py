@@ -111,7 +111,8 @@ def test_an_unknown_scheme_is_a_clear_error():
         MultiHeadAttention(8, 2, position=SinusoidalPositionalEncoding(8))
     with pytest.raises(ValueError, match="serves self-attention"):
         mha = MultiHeadAttention(8, 2, position=ALiBiBias(2))
-        mha(torch.zeros(1, 3, 8), torch.zeros(1, 4, 8), torch.zeros(1, 4, 8))
+        # more queries than keys: the queries cannot be the last keys
+        mha(torch.zeros(1, 4, 8), torch.zeros(1, 3, 8), torch.zeros(1, 3, 8))
 
 
 def test_learned_positions_start_at_the_offset():

@@ -1,4 +1,5 @@
-"""collect_attention and attention_explorer (viz, chapter 7)."""
+"""collect_attention, kept_weights and attention_explorer (viz,
+chapters 7 and 10)."""
 
 import pytest
 import torch
@@ -8,6 +9,7 @@ from transformer_lite.viz import (
     ATTENTION_KINDS,
     attention_explorer,
     collect_attention,
+    kept_weights,
 )
 
 pytest.importorskip("altair")
@@ -100,3 +102,24 @@ def test_decoder_rows_can_be_labelled_by_the_predicted_token():
     assert "3:>" in set(cross["query"]) and "3:c" in set(cross["key"])
     with pytest.raises(ValueError, match="predicted label"):
         attention_explorer(weights, sources, targets, predicted=[["x"], []])
+
+
+def test_a_decoder_only_model_gets_one_kind_of_attention():
+    """kept_weights on a language model's blocks: one kind, "decoder";
+    the explorer offers it alone and shows it first."""
+    from transformer_lite.lm import make_lm
+
+    torch.manual_seed(0)
+    lm = make_lm(12, n_layers=2, d_model=16, d_ff=32, n_heads=2).train()
+    tokens = torch.tensor([[4, 5, 6, 7]])  # (B, L)
+    blocks = {"decoder": [layer.self_attn for layer in lm.layers]}
+    weights = kept_weights(lm, blocks, tokens)
+    assert [w.shape for w in weights["decoder"]] == [(1, 2, 4, 4)] * 2
+    assert lm.training and not lm.layers[0].self_attn.keep_weights
+    labels = [list("abcd")]
+    chart = attention_explorer(weights, labels, labels, ["sample"])
+    assert set(chart.data["attention"]) == {"decoder self-attention"}
+    menu = {p["name"]: p for p in chart.to_dict()["params"]}
+    attention = menu["pick_attention"]
+    assert attention["bind"]["options"] == ["decoder self-attention"]
+    assert attention["value"] == "decoder self-attention"

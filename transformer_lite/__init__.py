@@ -21,8 +21,8 @@ Mask convention, everywhere: a boolean tensor, **True = may attend**.
 The modules at the top of the package are the core, the Transformer that
 the book explains. Above it, each in a subpackage and each importing only
 from those below it: :mod:`transformer_lite.training` (chapters 6-8),
-:mod:`transformer_lite.tasks` (chapters 6-7) and
-:mod:`transformer_lite.bench` (chapter 8).
+:mod:`transformer_lite.lm` (chapter 10), :mod:`transformer_lite.tasks`
+(chapters 6, 7 and 10) and :mod:`transformer_lite.bench` (chapter 8).
 """
 
 from transformer_lite.attention import (

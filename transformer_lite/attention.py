@@ -227,11 +227,11 @@ class MultiHeadAttention(nn.Module):
                 f"key and value must have the same length, got "
                 f"{tuple(key.shape)} and {tuple(value.shape)}"
             )
-        if self.position is not None and key.size(1) != query.size(1):
+        if self.position is not None and key.size(1) < query.size(1):
             raise ValueError(
-                "a relative position scheme serves self-attention: query "
-                f"and key must have the same length, got {tuple(query.shape)}"
-                f" and {tuple(key.shape)}"
+                "a relative position scheme serves self-attention: the "
+                "queries are the last positions of the keys, got "
+                f"{tuple(query.shape)} and {tuple(key.shape)}"
             )
 
     def forward(
@@ -251,20 +251,26 @@ class MultiHeadAttention(nn.Module):
         static (cross-attention) cache projects ``key``/``value`` on the
         first call only and reuses them afterwards.
 
-        ``is_causal``: query i may also attend only to keys 0..i (Lq = Lk),
-        on top of ``mask`` if one is given. With ``fused`` and no other
-        mask, the fused kernel is told so instead of being given a mask,
-        which lets a GPU run FlashAttention.
+        ``is_causal``: the Lq queries are the last Lq of the Lk positions
+        (the first Lk - Lq are cached keys or a segment memory), and each
+        may also attend only to the keys at or before its own position,
+        on top of ``mask`` if one is given. With ``fused``, no other mask
+        and Lq = Lk, the fused kernel is told so instead of being given a
+        mask, which lets a GPU run FlashAttention; with Lq < Lk the mask
+        is spelled out (the kernel's own alignment is Lq = Lk's), and one
+        new query (Lq = 1) needs none.
 
-        With a ``position`` scheme, the new queries and keys sit at
-        positions t .. t + L - 1, t being the number of cached keys (0
-        without a cache); the cached keys keep theirs.
+        With a ``position`` scheme, the new keys sit at positions
+        t .. t + L - 1, t being the number of cached keys (0 without a
+        cache), and the queries at the last Lq of them; the cached keys
+        keep theirs. (A segment memory comes in as the first L - Lq of
+        the new keys.)
         """
         self._check_inputs(query, key, value)
         q = self.split_heads(self.w_q(query))  # (B, H, Lq, D)
         t = 0 if cache is None else cache.length  # positions held already
-        if self.position is not None:  # self-attention: Lk = t + Lq
-            positions = torch.arange(t + query.size(1), device=q.device)
+        if self.position is not None:  # self-attention: Lk = t + L
+            positions = torch.arange(t + key.size(1), device=q.device)
         if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value  # (B, H, Lk, D), computed once
         else:
@@ -275,19 +281,28 @@ class MultiHeadAttention(nn.Module):
             if cache is not None:
                 k, v = cache.update(k, v)  # (B, H, L_cached + Lk, D)
         bias = None
-        if self.position is not None:
-            q = self.position.rotate(q, positions[t:])
-            bias = self.position.bias(q, positions[t:], positions)
+        if self.position is not None:  # the queries: the last Lq
+            q = self.position.rotate(q, positions[-q.size(2) :])
+            bias = self.position.bias(q, positions[-q.size(2) :], positions)
         B, _, Lq, _ = q.shape
         if mask is not None:
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): heads share
             check_mask(mask, torch.Size((B, self.h, Lq, k.size(2))))
-        if is_causal and Lq != k.size(2):
+        Lk = k.size(2)
+        if is_causal and Lq > Lk:
             raise ValueError(
-                f"is_causal needs as many queries as keys, got Lq={Lq} "
-                f"and Lk={k.size(2)}"
+                f"is_causal needs at least as many keys as queries, got "
+                f"Lq={Lq} and Lk={Lk}"
             )
+        if is_causal and Lq < Lk:
+            # The kernel's is_causal lets query i see keys 0..i (top-left);
+            # here query i sits at position Lk - Lq + i (bottom-right).
+            if Lq > 1:
+                past = causal_mask(Lk, q.device)[None, :, Lk - Lq :]
+                # past: (1, 1, Lq, Lk), a shape every fused kernel takes
+                mask = past if mask is None else mask & past
+            is_causal = False
         if self.fused and not self.keep_weights:
             # (B, H, Lq, D), as the plain path's output below
             x = self._fused_attention(q, k, v, mask, is_causal, bias)

@@ -14,12 +14,13 @@ source position have no offset that means anything).
 
 from collections.abc import Sequence
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from transformer_lite.attention import MultiHeadAttention
-from transformer_lite.cache import DecoderCache, LayerCache
+from transformer_lite.cache import DecoderCache, KVCache, LayerCache
 from transformer_lite.positional import RelativePosition
 
 __all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
@@ -62,8 +63,13 @@ class EncoderLayer(nn.Module):
         norm_first: False for the paper's post-LN, True for pre-LN.
         position: the self-attention's relative position scheme, or None.
 
+    The same layer under a causal mask (``is_causal=True``) is the block
+    of a decoder-only language model (chapter 10), which also passes a
+    key/value ``cache`` when generating, or a segment ``memory``.
+
     Shape:
         x: (B, S, C); mask: (B, 1, S) or (B, S, S); output: (B, S, C).
+        With a memory of M positions, mask: (B, 1 or S, M + S).
     """
 
     def __init__(
@@ -87,18 +93,43 @@ class EncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
         self.norm_first = norm_first
 
-    def _attend(self, x: Tensor, mask: Tensor | None) -> Tensor:
-        return self.dropout1(self.self_attn(x, x, x, mask))
+    def _attend(
+        self,
+        x: Tensor,
+        mask: Tensor | None,
+        memory: Tensor | None = None,
+        cache: KVCache | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        kv = x if memory is None else torch.cat([memory, x], dim=1)
+        # kv: (B, M + L, C), the positions x attends to
+        y = self.self_attn(x, kv, kv, mask, cache, is_causal=is_causal)
+        return self.dropout1(y)
 
     def _feed(self, x: Tensor) -> Tensor:
         return self.dropout2(self.feed_forward(x))
 
-    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        memory: Tensor | None = None,
+        cache: KVCache | None = None,
+        is_causal: bool = False,
+    ) -> Tensor:
+        """``memory``: the previous segment's inputs to this layer
+        (Transformer-XL), attended before ``x``; ``cache``: the keys and
+        values of earlier positions (generation); ``is_causal``: see
+        :meth:`MultiHeadAttention.forward`."""
+        if memory is not None and cache is not None:
+            raise ValueError("pass a segment memory or a cache, not both")
         if self.norm_first:
-            x = x + self._attend(self.norm1(x), mask)
+            m = None if memory is None else self.norm1(memory)
+            x = x + self._attend(self.norm1(x), mask, m, cache, is_causal)
             x = x + self._feed(self.norm2(x))
         else:
-            x = self.norm1(x + self._attend(x, mask))
+            x = self.norm1(x + self._attend(x, mask, memory, cache, is_causal))
             x = self.norm2(x + self._feed(x))
         return x
 

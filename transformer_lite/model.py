@@ -34,6 +34,7 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "absolute_positions",
+    "check_widths",
     "make_model",
     "relative_positions",
 ]
@@ -45,6 +46,28 @@ RELATIVE = ("rope", "alibi", "t5", "shaw")
 POSITIONS = ABSOLUTE + RELATIVE
 T5_BUCKETS, T5_DISTANCE = 32, 128  # T5's buckets and max_distance
 SHAW_DISTANCE = 16  # Shaw et al.'s clipping distance k
+
+
+def check_widths(d_model: int, n_heads: int, position: str) -> None:
+    """Raise a ``ValueError`` unless ``position`` is one of
+    :data:`POSITIONS` and ``d_model`` splits into ``n_heads`` heads (and
+    is even, for the sinusoidal table; with RoPE, each head is even)."""
+    if position not in POSITIONS:
+        choices = ", ".join(POSITIONS)
+        raise ValueError(
+            f"position must be one of {choices}; got {position!r}"
+        )
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
+        )
+    if d_model % 2:
+        raise ValueError(f"d_model must be even, got {d_model}")
+    if position == "rope" and (d_model // n_heads) % 2:
+        raise ValueError(
+            "position='rope' rotates pairs: the head size d_model / "
+            f"n_heads must be even, got {d_model // n_heads}"
+        )
 
 
 @dataclass
@@ -82,23 +105,7 @@ class TransformerConfig:
         check_bool("norm_first", self.norm_first)
         check_bool("tie_embeddings", self.tie_embeddings)
         check_int("pad_id", self.pad_id)
-        if self.position not in POSITIONS:
-            raise ValueError(
-                f"position must be one of {', '.join(POSITIONS)}; got "
-                f"{self.position!r}"
-            )
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by n_heads "
-                f"({self.n_heads})"
-            )
-        if self.d_model % 2:
-            raise ValueError(f"d_model must be even, got {self.d_model}")
-        if self.position == "rope" and (self.d_model // self.n_heads) % 2:
-            raise ValueError(
-                "position='rope' rotates pairs: the head size d_model / "
-                f"n_heads must be even, got {self.d_model // self.n_heads}"
-            )
+        check_widths(self.d_model, self.n_heads, self.position)
         for name in ("src_vocab", "tgt_vocab"):
             if not 0 <= self.pad_id < getattr(self, name):
                 raise ValueError(

@@ -7,6 +7,7 @@ that a model, a batch, a decoder and a tokenizer agree without being told:
 PAD   0   padding: masked out of attention and ignored by the loss
 BOS   1   begin-of-sequence, the first token of every target and output
 EOS   2   end-of-sequence, where decoding stops
+UNK   3   a symbol the tokenizer never saw in training
 ====  ==  ==============================================================
 
 Two checks, kept apart on purpose. :func:`check_token_tensor` looks only at
@@ -25,6 +26,7 @@ __all__ = [
     "BOS_ID",
     "EOS_ID",
     "PAD_ID",
+    "UNK_ID",
     "check_token_ids",
     "check_token_tensor",
 ]
@@ -32,6 +34,7 @@ __all__ = [
 PAD_ID = 0  # padding: masked out of attention and ignored by the loss
 BOS_ID = 1  # begin-of-sequence: the first token of targets and outputs
 EOS_ID = 2  # end-of-sequence: where decoding stops
+UNK_ID = 3  # unknown: a symbol the tokenizer never saw in training
 
 
 def check_token_tensor(tokens: Tensor, name: str) -> None:

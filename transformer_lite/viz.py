@@ -19,6 +19,7 @@ __all__ = [
     "collect_attention",
     "heads_chart",
     "heatmap",
+    "kept_weights",
     "mask_chart",
 ]
 
@@ -229,6 +230,17 @@ def collect_attention(
         "decoder": [layer.self_attn for layer in model.decoder.layers],
         "cross": [layer.cross_attn for layer in model.decoder.layers],
     }
+    return kept_weights(model, modules, src, tgt, src_mask)
+
+
+def kept_weights(
+    model, modules: dict[str, list], *inputs
+) -> dict[str, list[Tensor]]:
+    """Run ``model(*inputs)`` once (eval mode, no gradients) with
+    ``keep_weights`` on in the attention ``modules`` and return their
+    weights, ``{kind: [one tensor per layer]}``; the modules and the
+    model are left as they were. A decoder-only model (chapter 10) has
+    one kind, ``{"decoder": [...]}``."""
     every = [m for kind in modules.values() for m in kind]
     kept, was_training = [m.keep_weights for m in every], model.training
     try:
@@ -236,7 +248,7 @@ def collect_attention(
             m.keep_weights = True
         model.eval()
         with torch.no_grad():
-            model(src, tgt, src_mask)
+            model(*inputs)
         return {k: [m.weights for m in kind] for k, kind in modules.items()}
     finally:
         for m, keep in zip(every, kept, strict=True):
@@ -289,7 +301,8 @@ def attention_explorer(
     rows raise a ``ValueError`` (the data is embedded in the page).
 
     Args:
-        weights: from :func:`collect_attention`, for B examples.
+        weights: from :func:`collect_attention`, for B examples, or
+            the kinds a model has (a decoder-only model: "decoder").
         sources: each example's S_b source tokens (labels).
         targets: each example's T_b decoder input tokens (labels).
         names: a menu entry per example (default: the joined source).
@@ -319,7 +332,7 @@ def attention_explorer(
     frame = pd.DataFrame(rows, columns=columns)
     layers = sorted(frame["layer"].unique().tolist())
     heads = sorted(frame["head"].unique().tolist())
-    kinds = list(ATTENTION_KINDS.values())
+    kinds = [name for key, name in ATTENTION_KINDS.items() if key in weights]
     menus = {  # column -> (options, first value, widget)
         "example": (names, names[0], alt.binding_select),
         "attention": (kinds, kinds[-1], alt.binding_radio),

@@ -1,7 +1,8 @@
 """Speed and memory benchmarks: ``python -m transformer_lite.bench``
 (chapter 8).
 
-Four measurements (:mod:`transformer_lite.bench.cases`), each taken side
+Five measurements (:mod:`transformer_lite.bench.cases`,
+:mod:`transformer_lite.bench.generation`), each taken side
 by side in one run with the contenders alternating, reported as medians
 and ratios. The training targets use the *paired* ratio, the median of
 the round-by-round ratios: the two steps of a round run a second apart,
@@ -18,7 +19,9 @@ ratio of the two medians can swing by several percent:
 2. greedy decoding with and without the KV cache, and cached decoding
    compiled;
 3. attention alone: peak memory and time of plain, chunked
-   (:mod:`transformer_lite.chunked`) and PyTorch's fused attention.
+   (:mod:`transformer_lite.chunked`) and PyTorch's fused attention;
+4. the language model of chapter 10 continuing a prompt, with and
+   without the KV cache.
 
 Prints markdown tables and checks the targets; ``--json PATH`` also writes
 every number, ``--quick`` runs tiny sizes in seconds. On a GPU the sizes
@@ -44,6 +47,7 @@ from transformer_lite.bench.cases import (
     matmul_peak,
 )
 from transformer_lite.bench.fixtures import GPU, QUICK, Sizes
+from transformer_lite.bench.generation import bench_generation
 from transformer_lite.device import default_device
 
 __all__ = [
@@ -237,6 +241,13 @@ def _decoding_table(decoding: list[dict]) -> str:
     return _table(header + ["same tokens"], rows)
 
 
+def _generation_table(g: dict) -> str:
+    header = ["batch", "prompt", "new tokens", "recompute ms", "cached ms"]
+    row = [g["batch"], g["prompt"], g["new_tokens"], _ms(g["recompute"])]
+    row += [_ms(g["cached"]), f"{g['speedup']:.2f}", g["same_tokens"]]
+    return _table(header + ["speedup", "same tokens"], [row])
+
+
 def _attention_table(attention: list[dict]) -> str:
     names = ("plain", "chunked", "fused")
     header = ["L"] + [f"{n} MiB" for n in names] + [f"{n} ms" for n in names]
@@ -300,6 +311,8 @@ def report(results: dict) -> str:
             _training_table(t, peak["tflops"], m["peak_tflops"]),
             "\n## Greedy decoding\n",
             _decoding_table(results["decoding"]),
+            "\n## Language model: generation (greedy)\n",
+            _generation_table(results["generation"]),
             "\n## Attention alone\n",
             attention + "\n",
             _attention_table(results["attention"]),
@@ -374,6 +387,7 @@ def main(argv: list[str] | None = None) -> dict:
         "training": bench_training(sizes, device, repeats, compile),
         "decoding": bench_decoding(sizes, device, repeats, compile),
         "attention": bench_attention(sizes, device, repeats),
+        "generation": bench_generation(sizes, device, repeats),
     }
     results["machine"]["load_average_1min_end"] = os.getloadavg()[0]
     results["targets"] = check_targets(results)

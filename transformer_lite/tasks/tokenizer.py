@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from transformer_lite.extras import require
-from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 tokenizers = require("tokenizers", "translate")
 
@@ -39,7 +39,6 @@ __all__ = [
 # The special tokens at the package's ids (transformer_lite.tokens), so
 # every task shares one convention; <unk> follows them.
 SPECIAL_TOKENS = ("<pad>", "<bos>", "<eos>", "<unk>")
-UNK_ID = 3  # a character the tokenizer never saw in training
 
 
 class SubwordTokenizer:

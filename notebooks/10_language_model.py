@@ -1,0 +1,894 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 10. A decoder-only language model
+#
+# Chapters 5 to 7 built the Transformer as the paper did: an encoder
+# reads the source, a decoder writes the target while looking at it.
+# Remove the source, and with it the encoder and the cross-attention,
+# and what is left is a stack of masked self-attention and feed-forward
+# layers that reads a text and, at every position, scores the token that
+# comes next. Trained on plain text, that stack is a **language model**:
+# it assigns a probability to any text,
+#
+# $$
+# p(x_1, \dots, x_n) = \prod_{t=1}^{n} p(x_t \mid x_1, \dots, x_{t-1}),
+# $$
+#
+# and it can write new text by drawing one token after another from
+# those conditional distributions. GPT {cite:p}`radford2018improving` and
+# its successors are this model, made large.
+#
+# This chapter teaches the package's `transformer_lite/lm/` tier:
+#
+# - the model (`lm/model.py`): chapter 5's encoder layer under the causal
+#   mask, with the `is_causal` fast path of chapter 8;
+# - a corpus that ships with Python, and training to a stated held-out
+#   **perplexity** (`lm/perplexity.py`, `tasks/text_corpus.py`);
+# - **sampling** (`lm/generate.py`): temperature, top-$k$ and top-$p$,
+#   side by side, with and without the KV cache;
+# - what the trained model attends to;
+# - **Transformer-XL's segment memory** (`lm/memory.py`), which lets a
+#   model trained on short segments look back past their start, measured
+#   against the same model without it.
+#
+# The shape legend is the book's: B batch, L any length, T a segment's
+# length, C = `d_model`, H heads, D = `d_k`, V vocabulary; M is the
+# length of a segment memory.
+
+# %%
+import inspect
+import math
+import platform
+import textwrap
+import time
+from unittest import mock
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import LambdaLR
+
+import transformer_lite
+from transformer_lite import default_device, seed_everything
+from transformer_lite.device import book_seed, evaluating
+from transformer_lite.layers import EncoderLayer
+from transformer_lite.lm import (
+    LanguageModel,
+    SegmentMemory,
+    generate,
+    make_lm,
+    next_token_loss,
+    perplexity,
+    segments,
+    token_losses,
+    top_k_filter,
+    top_p_filter,
+)
+from transformer_lite.masks import causal_mask
+from transformer_lite.tasks.text_corpus import (
+    corpus_splits,
+    pydoc_topics,
+    repeated_segments,
+    segment_batches,
+    streams,
+)
+from transformer_lite.tasks.tokenizer import SubwordTokenizer
+from transformer_lite.viz import attention_explorer, kept_weights, mask_chart
+
+device = default_device()
+SEED = book_seed()  # BOOK_SEED from the environment; the book uses 0
+seed_everything(SEED)
+print(f"python {platform.python_version()}, torch {torch.__version__}")
+print(f"transformer_lite {transformer_lite.__version__}, device: {device}")
+print(f"BOOK_SEED={SEED}")
+
+
+def show(*objects) -> None:
+    """Print the source code of package classes, methods or functions."""
+    for obj in objects:
+        print(textwrap.dedent(inspect.getsource(obj)))
+
+
+# %% [markdown]
+# As in chapter 6, the models here are small enough that a CPU runs them
+# fastest on one thread; this notebook's session uses one.
+
+# %%
+threads_available = torch.get_num_threads()
+if device.type == "cpu":
+    torch.set_num_threads(1)
+print(f"threads: {torch.get_num_threads()} of {threads_available}")
+
+# %% [markdown]
+# ## The model: the encoder layer under a causal mask
+#
+# Chapter 5's `EncoderLayer` is self-attention followed by a feed-forward
+# network, each with its residual connection and LayerNorm. Give its
+# self-attention the causal mask of chapter 2 and position $t$ can read
+# positions $0, \dots, t$ only: exactly what predicting token $t + 1$
+# allows. That is the whole block of a decoder-only model; the package
+# builds its language model from `EncoderLayer` itself, not from a copy.
+# Around the blocks sit what chapter 5's model had: token embeddings
+# multiplied by $\sqrt{d_{model}}$, positions, a final LayerNorm (the
+# blocks are pre-LN, as in GPT-2 {cite:p}`radford2019language`), and an
+# output layer that turns each position's vector into $V$ scores. With
+# `tie_embeddings=True` the output layer's weight *is* the embedding
+# matrix {cite:p}`press2017using`, as in GPT-2; this chapter's model keeps
+# the two apart (exercise 4 ties them).
+
+# %%
+show(LanguageModel.forward)
+
+# %% [markdown]
+# `is_causal=True` is how each block asks for the causal mask. It does
+# not build one: with the fused path, PyTorch's
+# `F.scaled_dot_product_attention` is *told* that the mask is causal and
+# is given no mask tensor, which on a CUDA GPU keeps FlashAttention
+# eligible (chapter 8: the flash kernel takes no mask). We make a small
+# model and watch the calls it makes to the kernel:
+
+# %%
+V_DEMO = 40
+demo = make_lm(V_DEMO, n_layers=2, d_model=32, d_ff=64, n_heads=4,
+               dropout=0.0).eval()
+x = torch.randint(4, V_DEMO, (2, 7))  # (B, L)
+calls = []
+kernel = F.scaled_dot_product_attention
+
+
+def spy(*args, **kwargs):
+    calls.append({"is_causal": kwargs.get("is_causal"),
+                  "attn_mask": kwargs.get("attn_mask")})
+    return kernel(*args, **kwargs)
+
+
+with mock.patch.object(F, "scaled_dot_product_attention", spy):
+    logits = demo(x)  # (B, L, V)
+print(f"logits {tuple(logits.shape)}; kernel calls: {calls}")
+
+# %% tags=["remove-cell"]
+assert calls == [{"is_causal": True, "attn_mask": None}] * 2
+assert all(type(layer) is EncoderLayer for layer in demo.layers)
+
+# %% [markdown]
+# Two blocks, two calls, each with `is_causal=True` and no mask. The
+# hand-written path (`fused=False`) computes the same numbers with an
+# explicit causal mask, and no future token changes a logit of the past:
+
+# %%
+plain = make_lm(V_DEMO, n_layers=2, d_model=32, d_ff=64, n_heads=4,
+                dropout=0.0, fused=False).eval()
+plain.load_state_dict(demo.state_dict())
+y = x.clone()
+y[:, 4:] = torch.randint(4, V_DEMO, (2, 3))  # another future
+with torch.no_grad():
+    gap_paths = (plain(x) - demo(x)).abs().max().item()
+    gap_past = (demo(y)[:, :4] - demo(x)[:, :4]).abs().max().item()
+print(f"fused vs hand-written: {gap_paths:.1e}; "
+      f"past logits after a new future: {gap_past:.1e}")
+
+# %% tags=["remove-cell"]
+assert gap_paths < 1e-5 and gap_past < 1e-5
+
+# %% [markdown]
+# Positions: the model takes every scheme of chapter 9 (`position=`),
+# and this chapter uses RoPE, which rotates queries and keys inside
+# attention instead of adding a vector to the embeddings. Why that
+# matters here will be clear in the last section.
+#
+# ## The corpus: Python's own documentation
+#
+# A language model needs text, and this book downloads nothing. Every
+# Python installation carries the text that `help("if")` prints, and
+# the other `help` topics, in the module `pydoc_data.topics`: chapters
+# of the language reference on statements, expressions and data types,
+# generated from the Python documentation (Copyright Python Software
+# Foundation, released under the PSF License). It is English prose with
+# Python code between it, and its exact text depends on the Python
+# version.
+
+# %%
+topics = pydoc_topics()
+n_chars = sum(len(text) for text in topics.values())
+print(f"{len(topics)} topics, {n_chars:,} characters; for example:")
+print(textwrap.indent(topics["if"][:400], "    "))
+
+# %% [markdown]
+# The last tenth of every topic is held out, so both parts sample every
+# subject and no held-out sentence is trained on. The text is cut into
+# tokens by chapter 7's byte-pair encoding, trained on the training text
+# with 512 tokens: common words become one token, rare ones a few
+# pieces, and decoding gives back the text exactly.
+
+# %%
+train_text, held_text = corpus_splits(held_out=0.1)
+tokenizer = SubwordTokenizer.train([train_text], vocab_size=512)
+V = tokenizer.vocab_size
+
+
+def encode(text: str) -> torch.Tensor:
+    """Token ids of text, without BOS and EOS: a plain stream."""
+    return torch.tensor(tokenizer.encode(text)[1:-1])  # (N,)
+
+
+train_ids, held_ids = encode(train_text), encode(held_text)
+chars_per_token = len(held_text) / len(held_ids)
+sentence = "A class definition is an executable statement."
+print(f"V = {V}; {len(train_ids):,} training and {len(held_ids):,} "
+      f"held-out tokens, {chars_per_token:.2f} characters per token")
+print(tokenizer.pieces(sentence))
+
+# %% tags=["remove-cell"]
+assert tokenizer.decode([1, *encode(held_text[:2000]).tolist()]) == (
+    held_text[:2000])
+assert 0.09 < len(held_text) / n_chars < 0.11
+
+# %% [markdown]
+# Training reads the text as B parallel **streams**: the token sequence
+# cut into B rows of equal length, each read from its start in
+# consecutive **segments** of T tokens. Segment $j$ of a row reads tokens
+# $jT, \dots, jT + T - 1$ and is trained to predict tokens
+# $jT + 1, \dots, jT + T$: every position of a segment is a training
+# example, and a batch is the next segment of every row. A model without
+# memory gains nothing from that order; the Transformer-XL model of the
+# last section needs it, and both are trained on the same batches.
+
+# %%
+T = 16  # segment length, in tokens
+B = 64  # parallel streams of the training text
+train_streams = streams(train_ids, B)  # (B, N / B)
+held_streams = streams(held_ids, 16)  # (16, N_held / 16)
+print(f"training streams {tuple(train_streams.shape)}, "
+      f"held-out streams {tuple(held_streams.shape)}")
+first_inputs, first_targets = next(segments(train_streams, T))
+print("inputs: ", repr(tokenizer.decode([1, *first_inputs[0].tolist()])))
+print("targets:", repr(tokenizer.decode([1, *first_targets[0].tolist()])))
+
+# %% [markdown]
+# ## Loss and perplexity
+#
+# The training loss is the cross-entropy of the next token, averaged
+# over the positions (padding, where there is any, left out). Its
+# exponential on held-out text is the **perplexity**,
+#
+# $$
+# \mathrm{PPL} = \exp\Big(-\frac{1}{N}\sum_{t=1}^{N}
+# \log p(x_t \mid x_{<t})\Big),
+# $$
+#
+# the number of equally likely tokens the model is, on average,
+# hesitating between: $V$ for a uniform guess, 1 for a model that is
+# always sure and right. `perplexity` reads the held-out streams in
+# segments of T, as the model was trained; a model that knows nothing
+# yet is near $V$ or worse:
+
+# %%
+show(next_token_loss)
+
+# %%
+CONFIG = dict(n_layers=2, d_model=128, d_ff=512, n_heads=4, dropout=0.0,
+              position="rope", tie_embeddings=False)
+seed_everything(SEED + 1)
+model = make_lm(V, **CONFIG)
+untrained_ppl = perplexity(model, held_streams, segment_len=T)
+print(f"{model.count_parameters():,} parameters; untrained held-out "
+      f"perplexity {untrained_ppl:.0f} (V = {V})")
+
+# %% [markdown]
+# ## Training
+#
+# The recipe: AdamW (Adam {cite:p}`kingma2015adam` with its weight decay
+# kept apart from the gradient) at a peak learning rate of
+# $5 \times 10^{-3}$, reached after a linear warm-up of 40 steps and then
+# decayed along a half cosine to zero at the last step; gradients
+# clipped to norm 1; 400 steps of B = 64 segments of T = 16 tokens, about
+# 410,000 tokens, a little less than two passes over the training text.
+# There is no dropout: two passes over the data leave little to
+# overfit. The loop is short enough to show whole. It takes an optional
+# segment `memory`, used in the last section; without one it is a plain
+# language-model loop.
+
+# %%
+STEPS, PEAK_LR, WARMUP = 400, 5e-3, 40
+EVAL_EVERY = 50
+
+
+def train(model, *, mem_len: int = 0, evaluate: bool = False) -> dict:
+    """Train on the segments of the training streams; returns the loss
+    of every step and, with ``evaluate``, the held-out perplexity every
+    EVAL_EVERY steps."""
+    optimizer = torch.optim.AdamW(model.parameters(), lr=PEAK_LR,
+                                  weight_decay=0.01)
+    schedule = LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / WARMUP)
+                        * 0.5 * (1 + math.cos(math.pi * s / STEPS)))
+    memory = model.new_memory(mem_len) if mem_len else None
+    log = {"loss": [], "eval_step": [], "eval_ppl": []}
+    model.train()
+    for step, (inputs, targets, first) in enumerate(
+            segment_batches(train_streams, T, STEPS)):
+        if memory is not None and first:
+            memory.reset()  # the streams start again
+        logits = model(inputs, memory=memory)  # (B, T, V)
+        loss = next_token_loss(logits, targets)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        log["loss"].append(loss.item())
+        if evaluate and (step + 1) % EVAL_EVERY == 0:
+            log["eval_step"].append(step + 1)
+            log["eval_ppl"].append(perplexity(
+                model, held_streams, segment_len=T, mem_len=mem_len))
+    return log
+
+
+start = time.perf_counter()
+history = train(model, evaluate=True)
+train_seconds = time.perf_counter() - start
+final_ppl = history["eval_ppl"][-1]
+nats_per_char = math.log(final_ppl) / chars_per_token
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"{STEPS} steps in {train_seconds:.0f} s")
+
+# %%
+for step, ppl in zip(history["eval_step"], history["eval_ppl"],
+                     strict=True):
+    print(f"step {step:3d}: held-out perplexity {ppl:6.1f}")
+print(f"held-out perplexity {final_ppl:.1f} per token "
+      f"({nats_per_char:.2f} nats, {nats_per_char / math.log(2):.2f} bits "
+      "per character)")
+
+# %% tags=["remove-cell"]
+assert final_ppl < 21, final_ppl
+assert final_ppl < untrained_ppl / 20
+_at_150 = history["eval_ppl"][history["eval_step"].index(150)]
+assert math.log(untrained_ppl / _at_150) > 3 * math.log(_at_150 / final_ppl)
+
+# %% [markdown]
+# The held-out perplexity falls from the hundreds to under 20 per token,
+# about 2.1 bits per character of documentation (the numbers printed
+# above are this run's): the model now hesitates, on average, between
+# some eighteen continuations out of 512. Most of the gain, measured on
+# the log scale of the chart below, comes in the first 150 steps; the
+# rest is slow work on the remaining surprise.
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 3.6))
+train_ppl = torch.tensor(history["loss"]).exp()
+window = 20
+smooth = train_ppl.unfold(0, window, 1).mean(-1)  # a running mean
+ax.plot(range(window, STEPS + 1), smooth, label="training (running mean)",
+        color="tab:blue")
+ax.plot(history["eval_step"], history["eval_ppl"], "o-", color="tab:red",
+        label="held-out")
+ax.set_yscale("log")
+ax.set_xlabel("optimizer step")
+ax.set_ylabel("perplexity per token (log scale)")
+ax.set_title("Perplexity during training")
+ax.legend()
+ax.grid(alpha=0.3)
+plt.show()
+
+# %% [markdown]
+# ## Sampling
+#
+# The model gives, for the last position of a prompt, a score $z_i$ per
+# token. `generate` turns scores into a choice in four steps:
+#
+# 1. **temperature** $\tau$: the distribution becomes
+#    $\mathrm{softmax}(z / \tau)$. Below 1 it is sharper (the likely get
+#    likelier), above 1 flatter; $\tau = 0$ means **greedy**, always the
+#    most likely token;
+# 2. **top-$k$** {cite:p}`fan2018hierarchical` keeps the $k$ most likely
+#    tokens;
+# 3. **top-$p$** or *nucleus* sampling {cite:p}`holtzman2020curious` keeps
+#    the smallest set of most likely tokens whose probabilities add up to
+#    at least $p$: few tokens where the model is sure, many where it is
+#    not;
+# 4. softmax over what is kept, so that the kept probabilities sum to 1
+#    again, and one draw.
+#
+# Ties need a rule, or the kept set would depend on the order of equal
+# scores: both filters keep every token that is exactly as likely as
+# the last one kept (so top-$k$ may keep more than $k$). In code, a token
+# survives top-$p$ when the tokens *strictly* more likely than it hold
+# less than $p$ of the probability, which is the same set:
+
+# %%
+show(top_k_filter, top_p_filter)
+
+# %% [markdown]
+# On the trained model's next-token distribution after a prompt, the two
+# filters keep these tokens (▁ marks the start of a word):
+
+# %%
+prompt_text = "The value of"
+prompt = encode(prompt_text).unsqueeze(0)  # (1, L)
+with evaluating(model):
+    next_logits = model(prompt)[0, -1]  # (V,)
+probs = next_logits.softmax(-1)
+order = probs.argsort(descending=True)
+kept_k = torch.isfinite(top_k_filter(next_logits, 5))
+kept_p = torch.isfinite(top_p_filter(next_logits, 0.5))
+table = pd.DataFrame({
+    "token": [tokenizer.tokenizer.id_to_token(int(i)) for i in order[:12]],
+    "probability": probs[order[:12]].tolist(),
+    "top-k, k=5": kept_k[order[:12]].tolist(),
+    "top-p, p=0.5": kept_p[order[:12]].tolist(),
+}).round(3)
+print(f"prompt {prompt_text!r}; top-p keeps {int(kept_p.sum())} tokens "
+      f"holding {float(probs[kept_p].sum()):.2f} of the probability")
+table
+
+# %% tags=["remove-cell"]
+assert int(kept_k.sum()) >= 5
+assert float(probs[kept_p].sum()) >= 0.5
+_without_least = probs[kept_p].sum() - probs[kept_p].min()
+assert float(_without_least) < 0.5  # the smallest such set (no ties here)
+
+# %% [markdown]
+# Now whole samples, all from the same prompt, each with its own seeded
+# generator so that the page is the same at every build:
+
+# %%
+SAMPLE_TOKENS = 60
+settings = {
+    "greedy (τ = 0)": dict(temperature=0.0),
+    "τ = 0.7": dict(temperature=0.7),
+    "τ = 1.0": dict(temperature=1.0),
+    "τ = 1.5": dict(temperature=1.5),
+    "top-k, k = 10": dict(top_k=10),
+    "top-p, p = 0.9": dict(top_p=0.9),
+}
+samples = {}
+for k, (name, options) in enumerate(settings.items()):
+    g = torch.Generator().manual_seed(SEED + 10 + k)
+    out = generate(model, prompt, SAMPLE_TOKENS, generator=g, **options)
+    samples[name] = out[0]
+    text = tokenizer.decode([1, *out[0].tolist()])
+    print(f"--- {name}\n{text}\n")
+
+
+def repeats_itself(tokens: torch.Tensor, n: int = 4) -> bool:
+    """Whether some n tokens in a row occur twice in ``tokens``."""
+    grams = [tuple(tokens[i:i + n].tolist())
+             for i in range(len(tokens) - n + 1)]
+    return len(set(grams)) < len(grams)
+
+
+print("greedy sample repeats 4 tokens in a row:",
+      repeats_itself(samples["greedy (τ = 0)"]))
+
+# %% tags=["remove-cell"]
+assert repeats_itself(samples["greedy (τ = 0)"])
+
+# %% [markdown]
+# Greedy decoding falls into a loop quickly: once a phrase is the most
+# likely continuation of itself, nothing breaks the cycle. Low
+# temperature keeps the text close to the documentation's most common
+# turns of phrase; at $\tau = 1$ the model writes what it believes the
+# corpus looks like, words, quotes and code included, with no sense; at
+# $\tau = 1.5$ unlikely pieces creep in and words fall apart. Top-$k$
+# and top-$p$ cut off the long tail of unlikely tokens while keeping
+# the variety of $\tau = 1$.
+#
+# One measurable trace of this: under the model itself, a sample drawn
+# at a higher temperature is less likely. The mean log-probability per
+# token, over eight samples per temperature:
+
+# %%
+def mean_log_prob(tokens: torch.Tensor) -> float:
+    """Mean log p(token | prefix) of the generated part, under the model
+    at temperature 1."""
+    with evaluating(model):
+        logp = model(tokens[:, :-1]).log_softmax(-1)  # (B, L - 1, V)
+    picked = logp.gather(-1, tokens[:, 1:, None])[..., 0]  # (B, L - 1)
+    return picked[:, prompt.size(1) - 1:].mean().item()
+
+
+temperatures = (0.5, 1.0, 1.5)
+g = torch.Generator().manual_seed(SEED + 20)
+likelihood = {
+    tau: mean_log_prob(generate(model, prompt.repeat(8, 1), SAMPLE_TOKENS,
+                                temperature=tau, generator=g))
+    for tau in temperatures
+}
+for tau, value in likelihood.items():
+    print(f"τ = {tau}: mean log-probability {value:.2f} nats per token")
+
+# %% tags=["remove-cell"]
+assert likelihood[0.5] > likelihood[1.0] > likelihood[1.5]
+
+
+# %% [markdown]
+# The filters are not just a promise of the docstring. Every token of
+# the top-$k$ sample above was among the 10 most likely at its step
+# (ties aside), which we check by running the model over the sample
+# once more:
+
+# %%
+def rank_of_choices(tokens: torch.Tensor) -> torch.Tensor:
+    """For each generated token: how many tokens the model scored
+    strictly higher at that step."""
+    with evaluating(model):
+        logits = model(tokens[None, :-1])[0]  # (L - 1, V)
+    chosen = logits.gather(-1, tokens[1:, None])  # (L - 1, 1)
+    higher = (logits > chosen).sum(-1)  # (L - 1,)
+    return higher[prompt.size(1) - 1:]
+
+
+ranks = rank_of_choices(samples["top-k, k = 10"])
+print(f"worst rank of a top-k choice: {int(ranks.max())} (0 = the most "
+      f"likely); at τ = 1.5: {int(rank_of_choices(samples['τ = 1.5']).max())}")
+
+# %% tags=["remove-cell"]
+assert int(ranks.max()) < 10
+assert (rank_of_choices(samples["greedy (τ = 0)"]) == 0).all()
+
+# %% [markdown]
+# ### The KV cache, again
+#
+# Each step of `generate` needs the scores of one new position. Without
+# a cache it runs the model over the whole prefix again, $O(L^2)$ work
+# for $L$ tokens; with `use_cache=True` (the default), the keys and
+# values of the earlier positions are kept (chapter 8's `KVCache`) and a
+# step feeds the model one token. A cached step's single query may
+# attend to every cached key, so it needs no mask at all; the prompt,
+# fed at once into the empty cache, uses `is_causal=True` like training.
+# Same tokens, less work:
+
+# %%
+g1, g2 = (torch.Generator().manual_seed(SEED + 30) for _ in range(2))
+batch_prompt = prompt.repeat(4, 1)  # (B, L)
+start = time.perf_counter()
+recomputed = generate(model, batch_prompt, 120, generator=g1,
+                      use_cache=False)
+recompute_s = time.perf_counter() - start
+start = time.perf_counter()
+cached = generate(model, batch_prompt, 120, generator=g2, use_cache=True)
+cached_s = time.perf_counter() - start
+same_tokens = torch.equal(recomputed, cached)
+print(f"same tokens: {same_tokens}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"4 x 120 tokens: recomputed {recompute_s:.2f} s, cached "
+      f"{cached_s:.2f} s ({recompute_s / cached_s:.1f} times faster)")
+
+# %% tags=["remove-cell"]
+assert same_tokens
+
+# %% [markdown]
+# `make bench` measures the same comparison for 256 new tokens at the
+# benchmark's sizes (its "Language model: generation" table).
+#
+# ## What the model attends to
+#
+# The attention explorer of chapter 7 takes the weights of any model
+# whose attention modules keep them (`kept_weights`). A decoder-only
+# model has one kind of attention, masked self-attention, so the menu
+# offers only that. Each row is a position, labelled by the token it
+# *predicts*; its cells are the weights on the tokens it could read.
+
+# %%
+g = torch.Generator().manual_seed(SEED + 40)
+sample = generate(model, prompt, 23, temperature=0.7, generator=g)
+shown = sample[:, :-1]  # (1, L): the model reads these ...
+pieces = [tokenizer.tokenizer.id_to_token(int(i)) for i in sample[0]]
+blocks = {"decoder": [b.self_attn for b in model.layers]}
+weights = kept_weights(model, blocks, shown)
+explorer = attention_explorer(
+    weights, [pieces[:-1]], [pieces[:-1]], ["sample"],
+    predicted=[pieces[1:]],  # ... and predict these
+    title="Attention of the language model (choose below the chart)",
+)
+print(repr(tokenizer.decode([1, *sample[0].tolist()])))
+explorer
+
+# %% tags=["remove-cell"]
+assert len(explorer.data) < 5000
+assert set(explorer.data["attention"]) == {"decoder self-attention"}
+_rows = explorer.data.groupby(["layer", "head", "q"])["weight"].sum()
+assert _rows.between(0.99, 1.01).all()
+
+# %% [markdown]
+# One sample is an anecdote. Averaged over the held-out streams (16 rows
+# of 64 tokens), the weight that each head gives the query's own token
+# and the token just before it:
+
+# %%
+held_weights = kept_weights(model, blocks, held_streams[:, :64])["decoder"]
+rows = []
+for layer, w in enumerate(held_weights):  # w: (16, H, 64, 64)
+    own = w.diagonal(dim1=-2, dim2=-1).mean(dim=(0, 2))  # (H,)
+    before = w.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
+    for head in range(w.size(1)):
+        rows.append({"layer": layer, "head": head,
+                     "own token": float(own[head]),
+                     "token before": float(before[head])})
+near = pd.DataFrame(rows).round(2)
+uniform = (1 / torch.arange(1, 65)).mean().item()  # a flat row's share
+print(f"a head that spread its weight evenly would give each "
+      f"{uniform:.2f} on average")
+near
+
+# %% tags=["remove-cell"]
+_second = near[near["layer"] == 1]
+assert (_second["token before"] > 2 * uniform).all()
+assert _second["token before"].mean() > 0.2
+
+# %% [markdown]
+# Every head of the second layer gives the token just before the one it
+# reads at least twice, and on average several times, the weight an even
+# spread would: this small model leans on the nearest context, the
+# material of spelling and short phrases. The explorer shows the rest of
+# each row spread more thinly over the earlier words.
+#
+# ## Transformer-XL: a memory across segments
+#
+# The model was trained on segments of T = 16 tokens, and its context
+# starts again at every segment: the first token of a segment is
+# predicted from one token, the last from sixteen. Longer segments cost
+# more (attention grows with $T^2$), and however long they are, the
+# positions near the start of each are starved.
+#
+# Transformer-XL {cite:p}`dai2019transformer` keeps, for each block, the
+# hidden states that entered it during the previous segment, and lets
+# the next segment attend to them as extra keys and values:
+#
+# $$
+# \tilde h^{n-1} = [\,\mathrm{SG}(m^{n-1})\,;\, h^{n-1}\,], \qquad
+# q = h^{n-1} W^Q,\quad k = \tilde h^{n-1} W^K,\quad
+# v = \tilde h^{n-1} W^V .
+# $$
+#
+# $\mathrm{SG}$ stops the gradient: the memory is a constant of the
+# backward pass, so a step still costs one segment's backward pass,
+# while the forward pass reaches $M$ positions further back in each of
+# the $N$ blocks ($N \times M$ in all, since block 2's memory was itself
+# computed with block 1's). The queries are the segment's last $T$
+# positions and the keys are $M + T$: the causal mask becomes a
+# rectangle whose diagonal ends in the bottom-right corner. (PyTorch's
+# own `is_causal` puts it in the top-left corner, right only for a
+# square; the package spells this mask out.)
+
+# %%
+mask_chart(causal_mask(8)[:, 4:],
+           title="A segment of 4 with a memory of 4 (True = may attend)")
+
+# %% [markdown]
+# The memory's tokens were seen at other offsets than the segment's: if
+# positions were absolute, the same token would have had position 3 in
+# its own segment and now need position $-1$. Relative positions avoid
+# the question: RoPE turns a query and a key by their positions, and
+# their score depends only on the difference, which stays right when
+# the memory's keys are placed before the segment's. The package
+# therefore refuses a memory with absolute positions:
+
+# %%
+show(SegmentMemory.update)
+try:
+    make_lm(V_DEMO, position="sinusoidal")(x, memory=SegmentMemory(4, 2))
+except ValueError as error:
+    print("ValueError:", textwrap.shorten(str(error), 110))
+
+# %% [markdown]
+# Where the two must agree, they do: reading a text in segments with a
+# memory that holds everything before them gives the trained model's
+# logits of one pass over the whole text.
+
+# %%
+text = held_streams[:2, : 3 * T]  # (2, 3T)
+with evaluating(model):
+    one_pass = model(text)  # (2, 3T, V)
+    memory = model.new_memory(2 * T)
+    pieces_xl = [model(text[:, j:j + T], memory=memory)
+                 for j in range(0, 3 * T, T)]
+gap_xl = (torch.cat(pieces_xl, dim=1) - one_pass).abs().max().item()
+print(f"3 segments with a memory of 2T against one pass: {gap_xl:.1e}")
+
+# %% tags=["remove-cell"]
+assert gap_xl < 1e-4
+
+# %% [markdown]
+# ### With and without memory, same budget
+#
+# The experiment: the same model (configuration, initial weights), the
+# same 400 steps on the same segments of T = 16 tokens, once as above
+# and once carrying a memory of M = 16 positions from each segment to
+# the next. Only the memory differs. Both are then scored on the
+# held-out streams, the memory model with and without its memory.
+
+# %%
+seed_everything(SEED + 1)  # the plain model's initial weights
+xl_model = make_lm(V, **CONFIG)
+M = T
+start = time.perf_counter()
+xl_history = train(xl_model, mem_len=M)
+xl_seconds = time.perf_counter() - start
+xl_ppl = perplexity(xl_model, held_streams, segment_len=T, mem_len=M)
+xl_alone_ppl = perplexity(xl_model, held_streams, segment_len=T)
+comparison = pd.DataFrame({
+    "model": ["plain", "with memory", "with memory, read without it"],
+    "held-out perplexity": [final_ppl, xl_ppl, xl_alone_ppl],
+}).round(2)
+comparison
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+print(f"training: plain {train_seconds:.0f} s, with memory "
+      f"{xl_seconds:.0f} s")
+
+# %% tags=["remove-cell"]
+assert xl_ppl < 0.95 * final_ppl, (xl_ppl, final_ppl)
+assert xl_alone_ppl > 1.1 * xl_ppl, (xl_alone_ppl, xl_ppl)
+assert xl_alone_ppl > final_ppl, (xl_alone_ppl, final_ppl)
+
+# %% [markdown]
+# The memory model reads the held-out text with a lower perplexity than
+# the plain one (with `BOOK_SEED` 0, 1 and 2, while this chapter was
+# written: 16.3, 16.3 and 16.5 against 17.8, 17.9 and 18.2). It also
+# depends on its memory: read segment by segment without it, it does
+# worse than the model that never had one. Where does
+# the gain come from? Each held-out token was predicted at some place
+# $t = 0, \dots, T - 1$ of its segment, seeing $t + 1$ tokens of the
+# segment and, for the memory model, $M$ more. Grouping the held-out
+# losses by that place (first segments of each stream left out, as they
+# have no memory):
+
+# %%
+def ppl_by_place(model, mem_len: int) -> torch.Tensor:
+    """Held-out perplexity at each place of a segment (segments after
+    the first of each stream)."""
+    losses, _ = token_losses(model, held_streams, segment_len=T,
+                             mem_len=mem_len)  # (16, N - 1)
+    n = losses.size(1) // T * T
+    by_place = losses[:, :n].view(losses.size(0), -1, T)  # (16, S, T)
+    return by_place[:, 1:].mean(dim=(0, 1)).exp()  # (T,)
+
+
+plain_by_place = ppl_by_place(model, 0)
+xl_by_place = ppl_by_place(xl_model, M)
+fig, ax = plt.subplots(figsize=(7, 3.6))
+places = torch.arange(1, T + 1)
+ax.plot(places, plain_by_place, "o-", label="plain: sees t + 1 tokens")
+ax.plot(places + M, xl_by_place, "s-",
+        label=f"with memory: sees M + t + 1 (M = {M})")
+ax.set_xlabel("tokens the prediction can attend to")
+ax.set_ylabel("held-out perplexity")
+ax.set_title("Perplexity against the context in view")
+ax.legend()
+ax.grid(alpha=0.3)
+plt.show()
+first_places = slice(0, 4)
+print(f"first 4 places: plain {plain_by_place[first_places].mean():.1f}, "
+      f"with memory {xl_by_place[first_places].mean():.1f}; last 4: "
+      f"plain {plain_by_place[-4:].mean():.1f}, with memory "
+      f"{xl_by_place[-4:].mean():.1f}")
+
+# %% tags=["remove-cell"]
+_plain_first = plain_by_place[first_places].mean()
+_xl_first = xl_by_place[first_places].mean()
+_plain_last = plain_by_place[-4:].mean()
+assert _xl_first < 0.8 * _plain_first, (_xl_first, _plain_first)
+assert plain_by_place[0] > 1.5 * _plain_last
+assert _xl_first < 1.15 * _plain_last, (_xl_first, _plain_last)
+assert abs(math.log(xl_by_place[-4:].mean() / _plain_last)) < math.log(1.1)
+
+# %% [markdown]
+# The plain model's perplexity is worst at the first place of a segment,
+# where it sees one token, and falls as the context grows. The memory
+# model starts every segment with sixteen tokens in view, and its curve
+# stays near the level the plain model reaches only at the end of its
+# segments. Most of its gain is at those first places; at the last
+# ones the two are within a few percent, which says how little a model
+# of this size makes of context beyond a dozen tokens.
+#
+# ### A task that needs the memory
+#
+# Perplexity mixes many effects. A synthetic check isolates one: every
+# stream is a random block of 16 symbols repeated again and again,
+# segment after segment. After the first segment, the next token is
+# always the one exactly T places back, which lies in the *previous*
+# segment. A model that sees only its segment can do no better than
+# guess (1 in 16), except at the segment's last place, whose answer is
+# the segment's own first token; with a memory of T, the answer is in
+# view at every place.
+
+# %%
+SYMBOLS, SEGMENTS, SYN_STEPS = 16, 4, 400
+
+
+def train_repeat(mem_len: int) -> float:
+    """Train a one-block model on repeated segments; return its accuracy
+    on fresh streams, segments after the first."""
+    seed_everything(SEED + 5)
+    lm = make_lm(4 + SYMBOLS, n_layers=1, d_model=64, d_ff=256,
+                 n_heads=2, dropout=0.0, position="rope")
+    optimizer = torch.optim.AdamW(lm.parameters(), lr=3e-3)
+    g = torch.Generator().manual_seed(SEED + 6)
+    step = 0
+    while step < SYN_STEPS:
+        stream = repeated_segments(32, SEGMENTS, T, SYMBOLS, g)  # (B, L)
+        memory = lm.new_memory(mem_len) if mem_len else None
+        for inputs, targets in segments(stream, T):
+            loss = next_token_loss(lm(inputs, memory=memory), targets)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+    test = repeated_segments(256, SEGMENTS, T, SYMBOLS, SEED + 7)
+    memory = lm.new_memory(mem_len) if mem_len else None
+    right = []
+    with evaluating(lm):
+        for inputs, targets in segments(test, T):
+            right.append(lm(inputs, memory=memory).argmax(-1) == targets)
+    return torch.stack(right[1:]).float().mean().item()
+
+
+repeat_plain, repeat_xl = train_repeat(0), train_repeat(T)
+ceiling = (1 + (T - 1) / SYMBOLS) / T  # the last place, plus guesses
+print(f"accuracy after the first segment: plain {repeat_plain:.3f} "
+      f"(chance {1 / SYMBOLS:.3f}, at most {ceiling:.3f} without "
+      f"memory), with memory {repeat_xl:.3f}")
+
+# %% tags=["remove-cell"]
+assert repeat_plain < 1 / SYMBOLS + 0.03, repeat_plain
+assert repeat_xl > 0.95, repeat_xl
+
+# %% [markdown]
+# The memory model copies the previous segment almost perfectly; the
+# plain one stays at chance. The one-block memory model has to learn to
+# attend to the key exactly T places back, and RoPE lets a head score
+# keys by their offset from the query, which is what it needs.
+#
+# ## Summary
+#
+# - A **decoder-only language model** is chapter 5's encoder layer
+#   under the causal mask, stacked, between embeddings and an output
+#   layer, trained to predict each next token. The package builds it
+#   from `EncoderLayer` itself; its causal calls reach PyTorch's kernel
+#   as `is_causal=True` with no mask, which keeps FlashAttention
+#   eligible on a GPU.
+# - Python's `pydoc_data` documentation, 512 BPE tokens, 400 steps of
+#   64 x 16 tokens: a held-out **perplexity** of about 18 per token,
+#   about 2.1 bits per character, in under a minute on one CPU thread.
+# - **Sampling**: temperature sharpens or flattens the distribution;
+#   top-$k$ and top-$p$ cut its tail, ties kept together. Greedy text
+#   loops; higher temperatures give less likely text, measurably. The
+#   KV cache gives the same tokens for less work.
+# - **Transformer-XL's memory** lets each segment attend to the previous
+#   one's hidden states, without a gradient through them; positions must
+#   be relative. With the same segments and steps, it lowered the
+#   held-out perplexity, mostly at the first places of each segment, and
+#   only it solved a task whose answers lie in the previous segment.
+#
+# ## Exercises
+#
+# 1. **Longer segments, same tokens.** Train the plain model with
+#    T = 32 and B = 32 (the same tokens per step). How much of the
+#    memory model's gain does it recover, and what does each step cost?
+# 2. **Other positions.** Train the memory model with `position="alibi"`,
+#    `"t5"` and `"none"` (no positions at all). Which solve the repeated
+#    segments? Why does ALiBi, whose bias only decays with distance,
+#    struggle to single out the key exactly T back?
+# 3. **The memory's length.** Evaluate the memory model with M = 4, 8,
+#    32 and 64 (it was trained with 16). Does perplexity keep falling
+#    past the length it was trained with?
+# 4. **Tied or not.** Train with `tie_embeddings=True`, the output
+#    layer sharing the embedding matrix. Compare the parameter count, the
+#    untrained perplexity and the final one. Why does a tied model,
+#    untrained, predict that its input token comes again?

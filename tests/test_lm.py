@@ -1,0 +1,132 @@
+"""The decoder-only language model: causal, the cache equal to a full
+pass, fused equal to plain, is_causal on the fused path, tied weights,
+and its options refused with a clear error."""
+
+import pytest
+import torch
+
+from transformer_lite import seed_everything
+from transformer_lite.layers import EncoderLayer
+from transformer_lite.lm import LMConfig, make_lm
+from transformer_lite.model import POSITIONS
+
+V = 19
+
+
+def tiny_lm(seed: int = 0, dtype=torch.float64, **fields):
+    """A two-block model in eval mode (no dropout), in ``dtype``."""
+    seed_everything(seed)
+    options = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4, max_len=64)
+    return make_lm(V, **{**options, **fields}).to(dtype).eval()
+
+
+def random_tokens(B: int, L: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, V, (B, L), generator=g)
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("fused", [False, True])
+def test_the_future_does_not_change_the_past(position, fused):
+    model = tiny_lm(position=position, fused=fused)
+    x = random_tokens(3, 12)
+    y = x.clone()
+    y[:, 7:] = random_tokens(3, 5, seed=1)
+    a, b = model(x), model(y)  # (B, L, V)
+    torch.testing.assert_close(a[:, :7], b[:, :7], rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(a[:, 7:], b[:, 7:])
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_fused_equals_plain(position, norm_first):
+    plain = tiny_lm(position=position, norm_first=norm_first, fused=False)
+    fused = tiny_lm(position=position, norm_first=norm_first, fused=True)
+    fused.load_state_dict(plain.state_dict())
+    x = random_tokens(2, 10)
+    torch.testing.assert_close(fused(x), plain(x), rtol=1e-10, atol=1e-10)
+
+
+def test_a_block_is_the_encoder_layer_under_a_causal_mask():
+    model = tiny_lm()
+    assert all(type(layer) is EncoderLayer for layer in model.layers)
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    layer = model.layers[0]
+    mask = torch.ones(9, 9, dtype=torch.bool).tril()[None]  # (1, L, L)
+    torch.testing.assert_close(
+        layer(x, is_causal=True), layer(x, mask), rtol=1e-12, atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("chunks", [[5, 7], [5, 1, 1, 5], [1] * 12])
+def test_cached_chunks_equal_one_pass(position, fused, chunks):
+    model = tiny_lm(position=position, fused=fused)
+    x = random_tokens(2, 12)
+    expected = model(x)  # (B, L, V)
+    cache = model.new_cache()
+    pieces, start = [], 0
+    for n in chunks:
+        pieces.append(model(x[:, start : start + n], cache=cache))
+        start += n
+    assert cache.length == 12
+    got = torch.cat(pieces, dim=1)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+
+
+def test_causal_calls_reach_the_kernel_as_is_causal(kernel_calls):
+    """A full pass and a cache's first chunk (Lq = Lk) hand the kernel
+    is_causal=True and no mask; one cached token needs neither."""
+    model = tiny_lm(fused=True)
+    x = random_tokens(2, 6)
+    model(x)
+    cache = model.new_cache()
+    model(x[:, :5], cache=cache)
+    model(x[:, 5:], cache=cache)
+    flags = [(c.get("is_causal"), c.get("attn_mask")) for c in kernel_calls]
+    assert flags == [(True, None)] * 4 + [(False, None)] * 2
+
+
+def test_tied_embeddings_share_one_matrix():
+    tied, untied = tiny_lm(), tiny_lm(tie_embeddings=False)
+    assert tied.generator.weight is tied.embed.weight
+    assert untied.generator.weight is not untied.embed.weight
+    difference = untied.count_parameters() - tied.count_parameters()
+    assert difference == V * 32
+
+
+def test_training_mode_is_restored_and_gradients_flow():
+    model = tiny_lm().train()
+    x = random_tokens(2, 8)
+    model(x).sum().backward()
+    assert all(p.grad is not None for p in model.parameters())
+
+
+@pytest.mark.parametrize(
+    "fields, match",
+    [
+        ({"vocab": 0}, "vocab must be a positive int"),
+        ({"n_layers": True}, "n_layers must be a positive int"),
+        ({"d_model": 30, "n_heads": 4}, "divisible by n_heads"),
+        ({"dropout": 1.0}, "dropout must be a finite number"),
+        ({"tie_embeddings": 1}, "tie_embeddings must be True or False"),
+        ({"fused": "yes"}, "fused must be True or False"),
+        ({"position": "relative"}, "position must be one of"),
+    ],
+)
+def test_bad_config_is_refused(fields, match):
+    options = {"vocab": V, **fields}
+    with pytest.raises(ValueError, match=match):
+        LMConfig(**options)
+
+
+def test_bad_calls_are_refused():
+    model = tiny_lm()
+    with pytest.raises(ValueError, match="tokens must hold integer"):
+        model(torch.randn(2, 5))
+    with pytest.raises(ValueError, match="a cache or a segment memory"):
+        model(random_tokens(1, 3), cache=model.new_cache(),
+              memory=model.new_memory(4))  # fmt: skip
+    with pytest.raises(ValueError, match="longer than the positional"):
+        model(random_tokens(1, 65))

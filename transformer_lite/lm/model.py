@@ -1,0 +1,173 @@
+"""A decoder-only language model (chapter 10).
+
+The block is the encoder's layer of chapter 5, self-attention then
+feed-forward, run under the causal mask: position t sees tokens 0..t
+and is trained to predict token t + 1. There is no cross-attention and
+no encoder. ``make_lm(vocab)`` builds one; an :class:`LMConfig` names
+every choice.
+"""
+
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lite.attention import set_fused_attention
+from transformer_lite.cache import DecoderCache
+from transformer_lite.checks import check_bool, check_int, check_real
+from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
+from transformer_lite.lm.memory import SegmentMemory
+from transformer_lite.model import (
+    absolute_positions,
+    check_widths,
+    relative_positions,
+)
+from transformer_lite.tokens import check_token_tensor
+
+__all__ = ["LMConfig", "LanguageModel", "make_lm"]
+
+TABLES = ("sinusoidal", "learned")  # absolute: a memory cannot use them
+
+
+@dataclass
+class LMConfig:
+    """Every size and switch of a :class:`LanguageModel`.
+
+    The defaults are a small model that trains on a CPU in minutes.
+    """
+
+    vocab: int  # V, the number of token ids
+    n_layers: int = 2  # N, blocks in the stack
+    d_model: int = 128  # C, width of the residual stream
+    d_ff: int = 512  # inner width of the feed-forward networks
+    n_heads: int = 4  # H, attention heads; must divide d_model
+    dropout: float = 0.1  # one rate for every dropout
+    norm_first: bool = True  # pre-LN (GPT-2 and later); False: post-LN
+    tie_embeddings: bool = True  # the output layer reuses the embedding
+    position: str = "rope"  # where positions enter: model.POSITIONS
+    max_len: int = 4096  # longest sequence the positions cover
+    fused: bool = True  # F.scaled_dot_product_attention, is_causal=True
+
+    def __post_init__(self) -> None:
+        for name in ("vocab", "n_layers", "d_model", "d_ff", "n_heads"):
+            check_int(name, getattr(self, name), low=1)
+        check_int("max_len", self.max_len, low=1)
+        check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        for name in ("norm_first", "tie_embeddings", "fused"):
+            check_bool(name, getattr(self, name))
+        check_widths(self.d_model, self.n_heads, self.position)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class LanguageModel(nn.Module):
+    """Token embeddings (times sqrt(d_model)) plus positions, N blocks
+    under the causal mask, a final LayerNorm (pre-LN) and the output
+    projection to next-token logits.
+
+    Shape:
+        tokens: (B, L) token ids; output: (B, L, V), row t the scores of
+        the token after tokens[:, t].
+    """
+
+    def __init__(self, config: LMConfig) -> None:
+        super().__init__()
+        self.config = c = config
+        self.embed = nn.Embedding(c.vocab, c.d_model)
+        # unit-variance embeddings once multiplied by sqrt(d_model)
+        nn.init.normal_(self.embed.weight, std=1 / math.sqrt(c.d_model))
+        self.positional = absolute_positions(c)  # nothing if relative
+        self.layers = nn.ModuleList(
+            EncoderLayer(
+                c.d_model,
+                c.n_heads,
+                c.d_ff,
+                c.dropout,
+                c.norm_first,
+                position=position,  # relative, in self-attention
+            )
+            for position in relative_positions(c, causal=True)
+        )
+        self.norm = (
+            nn.LayerNorm(c.d_model, eps=LAYER_NORM_EPS)
+            if c.norm_first
+            else nn.Identity()
+        )
+        self.generator = nn.Linear(c.d_model, c.vocab)
+        if c.tie_embeddings:
+            self.generator.weight = self.embed.weight
+        set_fused_attention(self, c.fused)
+
+    def forward(
+        self,
+        tokens: Tensor,
+        *,
+        cache: DecoderCache | None = None,
+        memory: SegmentMemory | None = None,
+    ) -> Tensor:
+        """Next-token logits for every position of ``tokens``.
+
+        Args:
+            tokens: token ids. Padding, if any, must come at the end of
+                a row: under the causal mask no real token attends to it.
+            cache: from :meth:`new_cache`; ``tokens`` are the positions
+                after those cached, and the cache grows by them.
+            memory: Transformer-XL's memory (:class:`SegmentMemory`):
+                each block also attends to the previous segment's hidden
+                states, and the memory then holds this segment's.
+
+        Shape:
+            tokens: (B, L); output: (B, L, V).
+        """
+        check_token_tensor(tokens, "tokens")
+        if cache is not None and memory is not None:
+            raise ValueError("pass a cache or a segment memory, not both")
+        if memory is not None and self.config.position in TABLES:
+            raise ValueError(
+                "a segment memory needs relative positions (or none): its "
+                "tokens were seen at other offsets than the segment's; "
+                f"build the model with position='rope', 'alibi', 't5', "
+                f"'shaw' or 'none', not {self.config.position!r}"
+            )
+        offset = 0 if cache is None else cache.length
+        x = self.embed(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
+        x = self.positional(x, offset)
+        inputs = []  # each block's input: the next segment's memory
+        for i, layer in enumerate(self.layers):
+            inputs.append(x)
+            x = layer(
+                x,
+                memory=None if memory is None else memory.layer(i),
+                cache=None if cache is None else cache.layers[i].self_attn,
+                is_causal=True,
+            )  # (B, L, C)
+        if cache is not None:
+            cache.length += tokens.size(1)
+        if memory is not None:
+            memory.update(inputs)
+        return self.generator(self.norm(x))  # (B, L, V)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for generation (chapters 8 and 10);
+        only the self-attention half of each layer's cache is used."""
+        return DecoderCache.empty(self.config.n_layers)
+
+    def new_memory(self, mem_len: int) -> SegmentMemory:
+        """An empty Transformer-XL memory of ``mem_len`` positions."""
+        return SegmentMemory(mem_len, self.config.n_layers)
+
+    def count_parameters(self) -> int:
+        """Trainable parameters, each shared tensor counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+
+def make_lm(vocab: int, **config_fields) -> LanguageModel:
+    """Build a :class:`LanguageModel`; keyword arguments are
+    :class:`LMConfig` fields."""
+    return LanguageModel(LMConfig(vocab, **config_fields))
