@@ -139,6 +139,10 @@ print(f"device           {device}")
 #    RoPE, ALiBi, T5's bias and Shaw's relative keys behind one seam in
 #    attention, and which of them still work on sequences four times
 #    longer than any seen in training.
+# 10. **[A decoder-only language model](10_language_model)**: the
+#     decoder alone trained to predict the next token of Python's own
+#     documentation, perplexity, sampling with temperature, top-k and
+#     top-p, and Transformer-XL's memory of the previous segment.
 
 # %% [markdown]
 # ## Notation
