@@ -135,6 +135,14 @@ print(f"device           {device}")
 # 8. **[Making it fast](08_making_it_fast)**: memory-efficient
 #    attention, fused kernels, the KV cache, mixed precision and gradient
 #    checkpointing, each measured.
+# 9. **[Positions that generalise](09_positions_that_generalise)**:
+#    RoPE, ALiBi, T5's bias and Shaw's relative keys behind one seam in
+#    attention, and which of them still work on sequences four times
+#    longer than any seen in training.
+# 10. **[A decoder-only language model](10_language_model)**: the
+#     decoder alone trained to predict the next token of Python's own
+#     documentation, perplexity, sampling with temperature, top-k and
+#     top-p, and Transformer-XL's memory of the previous segment.
 
 # %% [markdown]
 # ## Notation

@@ -526,9 +526,10 @@ assert not torch.allclose(_y_raw[:, :4], _y_bool[:, :4], atol=1e-3)
 # the scores. A float mask of $0$ and $-\infty$ is the $B$ of the equation at
 # the top, and `nn.Transformer.generate_square_subsequent_mask` returns exactly
 # that. Any other float values are an additive bias, which is sometimes what
-# you want (position biases such as ALiBi, Press et al., 2022, work this way)
-# and often a bug: `mask.float()` turns our booleans into $1$ and $0$ and *adds
-# one* to the allowed scores, which masks nothing.
+# you want (position biases such as ALiBi {cite:p}`press2022train` work this
+# way; [chapter 9](09_positions_that_generalise) builds them) and often a
+# bug: `mask.float()` turns our booleans into $1$ and $0$ and *adds one* to
+# the allowed scores, which masks nothing.
 
 # %%
 subsequent = nn.Transformer.generate_square_subsequent_mask(4)

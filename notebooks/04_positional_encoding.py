@@ -742,23 +742,24 @@ else:
 # the sinusoids in the hope that the model would extrapolate to sequences
 # longer than any seen in training.
 #
-# That hope was tested later, and it mostly failed: Press et al. (2021)
-# found that a language model with sinusoidal positions degrades quickly
-# once the input runs past its training length. The table extends; the
-# weights that read it were never trained on the new rows.
+# That hope was tested later, and it mostly failed:
+# {cite:t}`press2022train` found that a language model with sinusoidal
+# positions degrades quickly once the input runs past its training length.
+# The table extends; the weights that read it were never trained on the new
+# rows.
 #
 # This led to schemes that put *relative* position into attention itself
-# instead of adding absolute positions to the input, each of which we plan
-# to build in a later chapter:
+# instead of adding absolute positions to the input, each of which
+# [chapter 9](09_positions_that_generalise) builds and puts to the test:
 #
-# - **Relative position representations** (Shaw et al., 2018): a learned
+# - **Relative position representations** {cite:p}`shaw2018self`: a learned
 #   vector for each clipped distance $j - i$, added to the keys (and
 #   values) inside attention.
-# - **RoPE**, rotary position embedding (Su et al., 2021): rotate each
+# - **RoPE**, rotary position embedding {cite:p}`su2021roformer`: rotate each
 #   query and key by its own position with exactly the block rotations
 #   $M_k$ of this chapter. Since $(M_m q)^\top (M_n k) = q^\top M_{n-m} k$,
 #   the score depends on the offset $n - m$ only. (Checked just below.)
-# - **ALiBi**, attention with linear biases (Press et al., 2021): no
+# - **ALiBi**, attention with linear biases {cite:p}`press2022train`: no
 #   position vectors at all; each head subtracts a penalty proportional to
 #   the distance $|i - j|$ from its attention scores, with a different
 #   slope per head.
@@ -804,7 +805,7 @@ assert abs(other - scores[0]) > 1e-3
 #   $d_{\text{model}}$ parameters instead; the paper found the two nearly
 #   identical in quality (Table 3, row E). Neither extrapolates well in
 #   practice, which motivates relative schemes: Shaw et al. (2018), RoPE
-#   and ALiBi, planned for a later chapter.
+#   and ALiBi, built in [chapter 9](09_positions_that_generalise).
 #
 # ## Exercises
 #

@@ -584,11 +584,11 @@ def copy_model(seed: int, small_embeddings: bool = True,
     """The copy recipe's model; small_embeddings=False keeps the package's
     default initialisation."""
     seed_everything(seed)
-    model = make_model(V, V, **{**copy_config, **changes}).to(device)
-    if small_embeddings:
+    model = make_model(V, V, **{**copy_config, **changes})
+    if small_embeddings:  # drawn on the CPU: the same numbers on any device
         for embedding in (model.src_embed, model.tgt_embed):
             nn.init.normal_(embedding.weight, std=EMBED_STD)
-    return model
+    return model.to(device)
 
 
 def rms(t: torch.Tensor) -> float:
@@ -880,8 +880,8 @@ ln_losses = {
 # %%
 def guess_loss(batches: list[Batch]) -> float:
     """The loss of the best constant prediction: the mean target."""
-    q_sum = sum(loss_fn.smoothed_targets(b.tgt_out, torch.float64)
-                .sum((0, 1)) for b in batches)  # (V,)
+    q_sum = sum(loss_fn.smoothed_targets(b.tgt_out.cpu(), torch.float64)
+                .sum((0, 1)) for b in batches)  # (V,), float64 on the CPU
     q_mean = q_sum / sum(b.n_tokens for b in batches)
     return -(q_mean * q_mean.log()).sum().item()
 

@@ -271,6 +271,19 @@ def test_a_record_larger_than_the_file_is_refused(tmp_path, good_bytes, built):
     refused(tmp_path / "m.pt", built, "checkpoint")
 
 
+def test_a_zip_version_zipfile_cannot_read_is_refused(
+    tmp_path, good_bytes, built
+):
+    """A changed 'version needed to extract' makes zipfile raise
+    NotImplementedError (found by the fuzz test above): still a
+    ValueError naming the checkpoint."""
+    data = bytearray(good_bytes)
+    entry = data.index(b"PK\x01\x02")  # the first central directory entry
+    data[entry + 6 : entry + 8] = struct.pack("<H", 64)  # version 6.4
+    (tmp_path / "m.pt").write_bytes(bytes(data))
+    refused(tmp_path / "m.pt", built, "checkpoint")
+
+
 def test_average_checkpoints_wants_a_list(tmp_path):
     save_checkpoint(tmp_path / "a.pt", tiny_model())
     with pytest.raises(ValueError, match="list of paths"):

@@ -194,7 +194,7 @@ BIASES = {
 }
 
 
-def biased_inputs(name, seed=0):
+def biased_inputs(name, seed=0, device="cpu"):
     g = torch.Generator().manual_seed(seed)
     B, H, Lq, Lk, D = 2, 3, 5, 9, 4
     scheme = BIASES[name](H, D).double()
@@ -209,13 +209,19 @@ def biased_inputs(name, seed=0):
     mask[0, :, 1] = False  # a query row that may attend to nothing
     mask[1, :, :, 0] = True
     q_pos, k_pos = torch.arange(Lk - Lq, Lk), torch.arange(Lk)
-    return scheme, (q, k, v), mask, q_pos, k_pos
+    return (
+        scheme.to(device),
+        tuple(t.to(device) for t in (q, k, v)),
+        mask.to(device),
+        q_pos.to(device),
+        k_pos.to(device),
+    )
 
 
 @pytest.mark.parametrize("name", BIASES)
 @pytest.mark.parametrize("masked", [False, True])
-def test_plain_fused_and_chunked_paths_agree_with_a_bias(name, masked):
-    scheme, (q, k, v), mask, q_pos, k_pos = biased_inputs(name)
+def test_plain_fused_and_chunked_paths_agree_with_a_bias(name, masked, device):
+    scheme, (q, k, v), mask, q_pos, k_pos = biased_inputs(name, 0, device)
     mask = mask if masked else None
     for t in (q, k, v):
         t.requires_grad_()
@@ -249,11 +255,13 @@ def test_plain_fused_and_chunked_paths_agree_with_a_bias(name, masked):
 
 @pytest.mark.parametrize("name", BIASES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16], ids=str)
-def test_fully_masked_rows_stay_nan_free_with_every_bias(name, dtype):
-    scheme, (q, k, v), _, q_pos, k_pos = biased_inputs(name, seed=1)
+def test_fully_masked_rows_stay_nan_free_with_every_bias(name, dtype, device):
+    scheme, (q, k, v), _, q_pos, k_pos = biased_inputs(name, 1, device)
     scheme = scheme.to(dtype)
     q, k, v = (t.to(dtype) for t in (q, k, v))
-    nothing = torch.zeros(1, 1, q.size(2), k.size(2), dtype=torch.bool)
+    nothing = torch.zeros(
+        1, 1, q.size(2), k.size(2), dtype=torch.bool, device=device
+    )
     bias = scheme.bias(q, q_pos, k_pos)
     for out in (
         scaled_dot_product_attention(q, k, v, nothing, bias=bias)[0],

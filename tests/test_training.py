@@ -173,7 +173,8 @@ def test_others_ignores_the_pad_logit_however_low(pad_logit):
     """spread="others" puts no mass on padding, so the pad logit cannot
     matter: -inf gives no NaN and -1e9 no cancellation error."""
     loss_fn = LabelSmoothingLoss(V, PAD, 0.1, "others", reduction="sum")
-    logits = torch.randn(3, 5, V)  # float32, where -1e9 cancelled badly
+    gen = torch.Generator().manual_seed(7)
+    logits = torch.randn(3, 5, V, generator=gen)  # float32: -1e9 cancelled
     targets = random_tokens(3, 5, seed=8)
     logits[..., PAD] = pad_logit
     logits.requires_grad_()
@@ -184,7 +185,8 @@ def test_others_ignores_the_pad_logit_however_low(pad_logit):
     loss = loss_fn(logits, targets)
     (grad,) = torch.autograd.grad(loss, logits)
     assert torch.isfinite(loss) and torch.isfinite(grad).all()
-    torch.testing.assert_close(loss.detach().double(), by_definition)
+    # float32 loss against the float64 definition: float32's tolerance
+    torch.testing.assert_close(loss.detach(), by_definition.float())
 
 
 def test_all_padding_gives_zero_not_nan():

@@ -139,8 +139,9 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights; 0.0 means none.
         bias: whether the four projections have a bias.
         fused: compute attention with PyTorch's fused
-            ``F.scaled_dot_product_attention`` (flash / memory-efficient
-            kernels on a GPU) instead of the hand-written function.
+            ``F.scaled_dot_product_attention`` (memory-efficient or
+            cuDNN kernels on a GPU; CUDA's flash kernel takes no mask)
+            instead of the hand-written function.
         position: a relative position scheme for self-attention (RoPE,
             ALiBi, T5, Shaw; chapter 9), or None. One module may serve
             several layers (T5 shares its table within a stack).

@@ -15,18 +15,24 @@ import contextlib
 import copy
 import os
 import tempfile
-import zipfile
 from collections.abc import Iterable
-from dataclasses import fields
 from pathlib import Path
 
 import torch
-from torch import Tensor
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
 from transformer_lite.checks import check_int
 from transformer_lite.model import Transformer, TransformerConfig
+from transformer_lite.training.checkpoint_checks import (
+    CHECKPOINT_FORMAT,
+    check_archive,
+    check_plain,
+    check_size,
+    check_structure,
+    check_weights,
+    stored_config,
+)
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -37,7 +43,6 @@ __all__ = [
     "save_checkpoint",
 ]
 
-CHECKPOINT_FORMAT = "transformer-lite-checkpoint-1"  # tag in every file
 # Config fields a checkpoint may differ in: they change training, not the
 # function the weights compute.
 FREE_FIELDS = ("dropout",)
@@ -45,26 +50,8 @@ FREE_FIELDS = ("dropout",)
 # tensor elements (parameters and positional table): 1 GiB of float32,
 # room for the paper's big model (213 million parameters).
 MAX_ELEMENTS = 2**28
-PARTS = ("format", "config", "model", "optimizer", "scheduler", "extra")
 _UMASK = os.umask(0o022)  # read once, at import, while single-threaded
 os.umask(_UMASK)
-
-
-def _check_plain(value: object, where: str) -> None:
-    """Raise unless ``torch.load(weights_only=True)`` can read ``value``."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _check_plain(key, f"a key of {where}")
-            _check_plain(item, f"{where}[{key!r}]")
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            _check_plain(item, f"{where}[{i}]")
-    elif not isinstance(value, Tensor | str | int | float | bool | None):
-        raise ValueError(
-            f"{where} is a {type(value).__name__}; a checkpoint holds only "
-            "tensors, numbers, strings and lists/tuples/dicts of them "
-            "(save e.g. history.to_dict())"
-        )
 
 
 def save_checkpoint(
@@ -94,7 +81,7 @@ def save_checkpoint(
         "scheduler": None if scheduler is None else scheduler.state_dict(),
         "extra": extra,
     }
-    _check_plain(state, "checkpoint")
+    check_plain(state, "checkpoint")
     _write_atomically(state, Path(path))
 
 
@@ -124,127 +111,6 @@ def _write_atomically(state: dict, path: Path) -> None:
             os.fsync(directory)
         finally:
             os.close(directory)
-
-
-def _check_archive(path: Path) -> None:
-    """The file must be a zip archive (what ``torch.save`` writes) whose
-    records are stored uncompressed inside the file: then reading it
-    allocates no more than the file's size."""
-    size = path.stat().st_size
-    try:
-        with zipfile.ZipFile(path) as archive:
-            records = archive.infolist()
-    except (zipfile.BadZipFile, OSError, ValueError) as err:
-        raise ValueError(
-            f"cannot read checkpoint {path} (corrupt, truncated, or not "
-            f"saved by save_checkpoint): {err}"
-        ) from err
-    for record in records:
-        if (
-            record.compress_type != zipfile.ZIP_STORED
-            or record.file_size != record.compress_size
-            or record.header_offset + record.compress_size > size
-        ):
-            raise ValueError(
-                f"cannot read checkpoint {path}: record {record.filename!r} "
-                "is compressed or reaches past the end of the file "
-                "(torch.save stores records uncompressed)"
-            )
-
-
-def _check_structure(state: object, path: Path) -> None:
-    """The parts :func:`save_checkpoint` writes, each of the right type."""
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise ValueError(f"{path} is not a transformer-lite checkpoint")
-    missing = [part for part in PARTS if part not in state]
-    if missing:
-        raise ValueError(f"checkpoint {path} lacks {', '.join(missing)}")
-    kinds = dict(config=dict, model=dict, extra=dict)
-    for part, kind in kinds.items():
-        if not isinstance(state[part], kind):
-            raise ValueError(
-                f"checkpoint {path}: {part} is a "
-                f"{type(state[part]).__name__}, expected a dict"
-            )
-    for part in ("optimizer", "scheduler"):
-        if not isinstance(state[part], dict | None):
-            raise ValueError(f"checkpoint {path}: {part} is not a dict")
-
-
-def _stored_config(stored: dict, path: Path) -> TransformerConfig:
-    names = {f.name for f in fields(TransformerConfig)}
-    unknown = sorted(map(repr, set(stored) - names))
-    missing = sorted(names - set(stored))
-    if unknown or missing:
-        raise ValueError(
-            f"checkpoint {path} has a config this version cannot build "
-            f"(unknown fields: {', '.join(unknown) or 'none'}; missing: "
-            f"{', '.join(missing) or 'none'})"
-        )
-    try:
-        return TransformerConfig(**stored)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"checkpoint {path} has a bad config: {err}") from err
-
-
-def _check_size(config: TransformerConfig, limit: int, path: Path) -> None:
-    """Refuse a model larger than ``limit`` elements, before building."""
-    table = config.max_len * config.d_model  # the positional table
-    elements = config.n_parameters() + table
-    if elements > limit:
-        raise ValueError(
-            f"checkpoint {path} describes a model of {elements:,} tensor "
-            f"elements ({config.n_parameters():,} parameters and a "
-            f"positional table of {table:,}), more than the limit of "
-            f"{limit:,}; pass max_elements={elements} to load it anyway"
-        )
-
-
-def _check_weights(weights: dict, config: TransformerConfig, path: Path):
-    """Every stored tensor against the model the config describes: the
-    same names, shapes, a floating dtype, finite values. The model is
-    built on the meta device, which allocates no memory."""
-    for stack in ("encoder", "decoder"):
-        prefix = f"{stack}.layers."
-        layers = {
-            name[len(prefix) :].split(".")[0]
-            for name in weights
-            if isinstance(name, str) and name.startswith(prefix)
-        }
-        if layers != {str(i) for i in range(config.n_layers)}:
-            raise ValueError(
-                f"checkpoint {path} holds {len(layers)} {stack} layers, "
-                f"its config says n_layers={config.n_layers}"
-            )
-    with torch.device("meta"):
-        expected = Transformer(config).state_dict()
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected), key=str)
-    if missing or unexpected:
-        raise ValueError(
-            f"checkpoint {path} does not hold the weights its config "
-            f"describes: missing {missing[:5]}{'...' * (len(missing) > 5)}, "
-            f"unexpected {unexpected[:5]}{'...' * (len(unexpected) > 5)}"
-        )
-    for name, want in expected.items():
-        got = weights[name]
-        if (
-            not isinstance(got, Tensor)
-            or got.layout != torch.strided
-            or not got.dtype.is_floating_point
-            or got.shape != want.shape
-        ):
-            what = (
-                f"{got.dtype} {got.layout} of shape {tuple(got.shape)}"
-                if isinstance(got, Tensor)
-                else type(got).__name__
-            )
-            raise ValueError(
-                f"checkpoint {path}: {name} is a {what}, expected a "
-                f"floating tensor of shape {tuple(want.shape)}"
-            )
-        if not torch.isfinite(got).all():
-            raise ValueError(f"checkpoint {path}: {name} holds NaN or inf")
 
 
 def load_checkpoint(
@@ -279,7 +145,7 @@ def load_checkpoint(
         raise ValueError(f"no checkpoint file at {path}")
     if map_location is None:
         map_location = "cpu" if model is None else model.device
-    _check_archive(path)
+    check_archive(path)
     try:
         state = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as err:  # torch raises many kinds for a bad file
@@ -287,8 +153,8 @@ def load_checkpoint(
             f"cannot read checkpoint {path} (corrupt, truncated, or not "
             f"saved by save_checkpoint): {err}"
         ) from err
-    _check_structure(state, path)
-    config = _stored_config(state["config"], path)
+    check_structure(state, path)
+    config = stored_config(state["config"], path)
     if model is not None:
         differ = [
             f"{name}: checkpoint {value!r}, model "
@@ -301,8 +167,8 @@ def load_checkpoint(
                 f"checkpoint {path} was saved from another configuration: "
                 + "; ".join(differ)
             )
-    _check_size(config, max_elements, path)
-    _check_weights(state["model"], config, path)
+    check_size(config, max_elements, path)
+    check_weights(state["model"], config, path)
     if model is None:
         model = Transformer(config).to(map_location)
     model.load_state_dict(state["model"])
