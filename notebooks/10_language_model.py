@@ -29,8 +29,9 @@
 #
 # This chapter teaches the package's `transformer_lite/lm/` tier:
 #
-# - the model (`lm/model.py`): chapter 5's encoder layer under the causal
-#   mask, with the `is_causal` fast path of chapter 8;
+# - the model (`lm/model.py`): [chapter 5](05_encoder_decoder)'s encoder
+#   layer under the causal mask, with the `is_causal` fast path of
+#   [chapter 8](08_making_it_fast);
 # - a corpus that ships with Python, and training to a stated held-out
 #   **perplexity** (`lm/perplexity.py`, `tasks/text_corpus.py`);
 # - **sampling** (`lm/generate.py`): temperature, top-$k$ and top-$p$,
@@ -101,8 +102,9 @@ def show(*objects) -> None:
 
 
 # %% [markdown]
-# As in chapter 6, the models here are small enough that a CPU runs them
-# fastest on one thread; this notebook's session uses one.
+# As in [chapter 6](06_training), the models here are small enough that
+# a CPU runs them fastest on one thread; this notebook's session uses
+# one.
 
 # %%
 threads_available = torch.get_num_threads()
@@ -115,17 +117,18 @@ print(f"threads: {torch.get_num_threads()} of {threads_available}")
 #
 # Chapter 5's `EncoderLayer` is self-attention followed by a feed-forward
 # network, each with its residual connection and LayerNorm. Give its
-# self-attention the causal mask of chapter 2 and position $t$ can read
-# positions $0, \dots, t$ only: exactly what predicting token $t + 1$
-# allows. That is the whole block of a decoder-only model; the package
-# builds its language model from `EncoderLayer` itself, not from a copy.
-# Around the blocks sit what chapter 5's model had: token embeddings
-# multiplied by $\sqrt{d_{model}}$, positions, a final LayerNorm (the
-# blocks are pre-LN, as in GPT-2 {cite:p}`radford2019language`), and an
-# output layer that turns each position's vector into $V$ scores. With
-# `tie_embeddings=True` the output layer's weight *is* the embedding
-# matrix {cite:p}`press2017using`, as in GPT-2; this chapter's model keeps
-# the two apart (exercise 4 ties them).
+# self-attention the causal mask of [chapter 2](02_masks) and position
+# $t$ can read positions $0, \dots, t$ only: exactly what predicting
+# token $t + 1$ allows. That is the whole block of a decoder-only
+# model; the package builds its language model from `EncoderLayer`
+# itself, not from a copy. Around the blocks sit what chapter 5's model
+# had: token embeddings multiplied by $\sqrt{d_{model}}$, positions, a
+# final LayerNorm (the blocks are pre-LN, as in GPT-2
+# {cite:p}`radford2019language`), and an output layer that turns each
+# position's vector into $V$ scores. With `tie_embeddings=True` the
+# output layer's weight *is* the embedding matrix
+# {cite:p}`press2017using`, as in GPT-2; this chapter's model keeps the
+# two apart (exercise 4 ties them).
 
 # %%
 show(LanguageModel.forward)
@@ -182,9 +185,10 @@ print(f"fused vs hand-written: {gap_paths:.1e}; "
 assert gap_paths < 1e-5 and gap_past < 1e-5
 
 # %% [markdown]
-# Positions: the model takes every scheme of chapter 9 (`position=`),
-# and this chapter uses RoPE, which rotates queries and keys inside
-# attention instead of adding a vector to the embeddings. Why that
+# Positions: the model takes every scheme of
+# [chapter 9](09_positions_that_generalise) (`position=`), and this
+# chapter uses RoPE, which rotates queries and keys inside attention
+# instead of adding a vector to the embeddings. Why that
 # matters here will be clear in the last section.
 #
 # ## The corpus: Python's own documentation
@@ -207,9 +211,9 @@ print(textwrap.indent(topics["if"][:400], "    "))
 # %% [markdown]
 # The last tenth of every topic is held out, so both parts sample every
 # subject and no held-out sentence is trained on. The text is cut into
-# tokens by chapter 7's byte-pair encoding, trained on the training text
-# with 512 tokens: common words become one token, rare ones a few
-# pieces, and decoding gives back the text exactly.
+# tokens by [chapter 7](07_translation)'s byte-pair encoding, trained on
+# the training text with 512 tokens: common words become one token, rare
+# ones a few pieces, and decoding gives back the text exactly.
 
 # %%
 train_text, held_text = corpus_splits(held_out=0.1)
