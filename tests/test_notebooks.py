@@ -105,7 +105,8 @@ def test_api_page_lists_every_public_module():
 
 
 @pytest.mark.parametrize(
-    "path", [p for p in CHAPTERS if not p.name.startswith("00_")],
+    "path",
+    [p for p in CHAPTERS if not p.name.startswith("00_")],
     ids=lambda p: p.name,
 )
 def test_preface_links_every_chapter(path):
