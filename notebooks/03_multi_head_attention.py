@@ -757,8 +757,9 @@ assert wrong["output"] > 1e-3, wrong
 # Chapter 1's function builds the full (B, H, Lq, Lk) weight tensor in
 # memory. PyTorch's `F.scaled_dot_product_attention` computes the same
 # result with fused kernels (on a GPU: FlashAttention when there is no
-# mask, memory-efficient attention otherwise) that never store it. `MultiHeadAttention`
-# switches to it with `fused=True`; chapter 8 measures what it buys.
+# mask, memory-efficient attention otherwise) that never store it.
+# `MultiHeadAttention` switches to it with `fused=True`; chapter 8
+# measures what it buys.
 # Here we only check that it computes the same thing, in float64 and with
 # the causal-and-padding mask from above.
 
