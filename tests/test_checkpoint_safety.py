@@ -180,6 +180,21 @@ def test_a_config_missing_a_field_is_refused(tmp_path, built):
     refused(tmp_path / "m.pt", built, "missing: d_ff")
 
 
+def test_a_file_from_before_positions_were_a_choice_loads(tmp_path):
+    """Checkpoints saved before ``position`` existed computed sinusoidal
+    positions: they load as such, with the same outputs."""
+    model = tiny_model().eval()
+    save_checkpoint(tmp_path / "new.pt", model)
+    state = torch.load(tmp_path / "new.pt", weights_only=True)
+    del state["config"]["position"]
+    torch.save(state, tmp_path / "old.pt")
+    loaded, _ = load_checkpoint(tmp_path / "old.pt")
+    assert loaded.config.position == "sinusoidal"
+    src = torch.randint(3, 9, (2, 5))  # (B, S)
+    tgt = torch.randint(3, 7, (2, 4))  # (B, T)
+    torch.testing.assert_close(loaded.eval()(src, tgt), model(src, tgt))
+
+
 def wrong_tensors():
     name = "encoder.layers.0.self_attn.w_q.weight"
     return [

@@ -20,6 +20,7 @@ from transformer_lite.model import Transformer, TransformerConfig
 
 __all__ = [
     "CHECKPOINT_FORMAT",
+    "ADDED_FIELDS",
     "PARTS",
     "check_archive",
     "check_plain",
@@ -100,7 +101,16 @@ def check_structure(state: object, path: Path) -> None:
             raise ValueError(f"checkpoint {path}: {part} is not a dict")
 
 
+# Config fields added after the checkpoint format began, each with the
+# value that reproduces what a model saved before it computed: a file
+# without the field is read with that value.
+ADDED_FIELDS = {"position": "sinusoidal"}  # chapter 9's schemes
+
+
 def stored_config(stored: dict, path: Path) -> TransformerConfig:
+    """The config a checkpoint stores, every field known to this version;
+    fields in ``ADDED_FIELDS`` may be absent (older files)."""
+    stored = {**ADDED_FIELDS, **stored}
     names = {f.name for f in fields(TransformerConfig)}
     unknown = sorted(map(repr, set(stored) - names))
     missing = sorted(names - set(stored))
