@@ -25,6 +25,7 @@ from transformer_lite.shipping.export import (
     CrossGraph,
     DecoderStep,
     EncoderGraph,
+    export_programs,
     onnx_paths,
 )
 
@@ -177,22 +178,40 @@ class OnnxTransformer(GraphTransformer):
 
 class CompiledTransformer(GraphTransformer):
     """The same graphs as PyTorch modules, the decoder step compiled by
-    ``torch.compile`` (``dynamic=True``: one compilation serves every
-    batch size and length); the encoder and cross graphs, run once per
-    batch, stay eager.
+    inductor, ``torch.compile``'s compiler, ahead of time (AOTInductor)
+    from its exported program: one compilation serves every batch size
+    and length in the export's ranges. (``torch.compile`` just in time
+    specialises sizes 0 and 1, so the first two positions of a decoding
+    would each compile the step again.) The encoder and cross graphs,
+    run once per batch, stay eager.
 
     Args:
         model: an eval-mode :class:`~transformer_lite.model.Transformer`.
         compile: False runs the step eagerly too (for comparison).
+        programs: those of ``export_programs(model)``, if already made.
     """
 
-    def __init__(self, model: Transformer, *, compile: bool = True) -> None:
+    def __init__(
+        self,
+        model: Transformer,
+        *,
+        compile: bool = True,
+        programs: dict | None = None,
+    ) -> None:
         super().__init__(model.config)
         step = DecoderStep(model)
+        if compile:
+            from torch._inductor import (
+                aoti_compile_and_package,
+                aoti_load_package,
+            )
+
+            program = (programs or export_programs(model))["step"]
+            step = aoti_load_package(aoti_compile_and_package(program))
         self.graphs = {
             "encoder": EncoderGraph(model),
             "cross": CrossGraph(model),
-            "step": torch.compile(step, dynamic=True) if compile else step,
+            "step": step,
         }
 
     def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> list[Tensor]:
