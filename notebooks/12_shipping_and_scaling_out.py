@@ -383,9 +383,14 @@ assert abs(table.loc["ONNX Runtime", "size (KB)"]
 #   They differ in time. A small model decoded one token at a time
 #   spends much of each step in per-operator overhead (Python, dispatch,
 #   small allocations), which a graph runtime and fused kernels remove.
+# - The ONNX files are a little larger than the PyTorch checkpoint:
+#   the encoder's and the step's each carry the positional table they
+#   use, and the format has its own overhead.
 # - **int8** stores the linear layers in a quarter of the bytes; the
-#   file shrinks less than 4 times because embeddings, LayerNorms and
-#   biases stay float32. Accuracy moves by a point or so. On this CPU,
+#   file shrinks about 3 times, not 4, because embeddings, LayerNorms
+#   and biases stay float32. Accuracy barely moves (the check above
+#   allows ten points; in the book's runs it stayed within one). On this
+#   CPU,
 #   torchao's int8 path in eager mode is *slower*: quantising each input
 #   and the integer kernel's overhead cost more than the saved memory
 #   traffic on matrices this small. int8 pays where weights dominate
@@ -453,7 +458,7 @@ memory = pd.DataFrame({
 }).T
 memory["total"] = memory.sum(axis=1)
 print(f"parameters: base {base.n_parameters() / 1e6:.0f} M, "
-      f"big {big.n_parameters() / 1e6:.0f} M")
+      f"big {big.n_parameters() / 1e6:.0f} M; GiB for one step:")
 memory.round(2)
 
 # %% tags=["remove-cell"]
@@ -462,10 +467,13 @@ assert 200e6 < big.n_parameters() < 220e6  # the paper: 213 M
 assert memory.loc["big", "total"] > 3 * memory.loc["base", "total"] / 2
 
 # %% [markdown]
-# The paper's models (65 M and 213 M parameters, gigabytes in the table,
-# 25,000 tokens per batch) fit on one GPU of today; models a hundred
-# times larger do not, and then the work must be split. Four ways, in
-# one picture: each box is a device; the colours are what it holds.
+# For the paper's models (65 M and 213 M parameters) the parameters,
+# gradients and Adam states take well under 4 GB; the activations of a
+# batch of 25,000 tokens take several times more, which is why the paper
+# spread each batch over 8 GPUs (data parallelism, chapter 8). A model
+# a hundred times larger does not fit even with a batch of one
+# sentence, and then the model itself must be split. Four ways, in one
+# picture: each box is a device; the colours are what it holds.
 
 # %%
 def parallelism_picture():
@@ -635,8 +643,8 @@ assert all(whole / 2 < b < whole for b in tensor_bytes)
 #   translates with them (`export`, `--runtime onnx`).
 # - Side by side: a graph runtime or a compiled step removes per-operator
 #   overhead at no cost in accuracy; int8 weights take a quarter of the
-#   bytes for a point or so of accuracy, and on a small model on this
-#   CPU they are not faster.
+#   bytes at almost no cost in accuracy, and on a small model on this
+#   CPU they are slower, not faster.
 # - A model stops fitting when 16 bytes per parameter plus activations
 #   exceed a device. Tensor parallelism splits $W^Q, W^K, W^V, W_1$ by
 #   columns and $W^O, W_2$ by rows, one all-reduce per block; FSDP

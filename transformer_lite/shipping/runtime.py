@@ -216,6 +216,9 @@ class CompiledTransformer(GraphTransformer):
 
     def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> list[Tensor]:
         n = self.config.n_layers
+        # A compiled graph reads its inputs with the strides it was
+        # compiled for: views (a slice, transposed heads) are copied.
+        feeds = {name: x.contiguous() for name, x in feeds.items()}
         with torch.no_grad():
             if graph != "step":
                 (x,) = feeds.values()
