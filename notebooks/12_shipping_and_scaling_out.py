@@ -103,11 +103,11 @@ def show(*objects) -> None:
 #
 # The translator of [chapter 7](07_translation), trained by the same
 # function as the command line, on German number words, with fewer
-# steps (600) so that the chapter stays quick. Everything that follows
+# steps (400) so that the chapter stays quick. Everything that follows
 # is measured on this model and its held-out numbers.
 
 # %%
-config = TranslateConfig(seed=SEED, steps=600, n_test=300)
+config = TranslateConfig(seed=SEED, steps=400, n_test=300)
 splits = numbers.number_splits(config.n_train, config.n_valid,
                                config.n_test, config.max_digits,
                                config.seed)
@@ -336,7 +336,7 @@ runtimes = {
     "ONNX Runtime": (graphs, size_on_disk(list(paths.values()))),
     "int8 (torchao)": (int8_model, size_on_disk(int8_path)),
 }
-LATENCY_SENTENCES = 20
+LATENCY_SENTENCES = 10
 rows, outputs = [], {}
 for name, (runner, size) in runtimes.items():
     shipped = Translator(runner, src_tok, tgt_tok)
