@@ -148,7 +148,7 @@ print(f"{model.count_parameters():,} parameters, trained in "
 # - **Python loops** are unrolled: a loop of four steps becomes four
 #   copies of its body, fixed at four.
 
-# %%
+# %% tags=["remove-stderr"]
 class Branchy(nn.Module):
     def forward(self, x):
         if x.sum() > 0:  # reads a value: the graph cannot hold it

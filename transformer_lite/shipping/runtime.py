@@ -11,6 +11,7 @@ runtimes' rounding differs.
 """
 
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -207,7 +208,11 @@ class CompiledTransformer(GraphTransformer):
             )
 
             program = (programs or export_programs(model))["step"]
-            step = aoti_load_package(aoti_compile_and_package(program))
+            with warnings.catch_warnings():
+                # torch's own pytree code warns about its own deprecated
+                # LeafSpec while packaging; nothing a caller can change.
+                warnings.filterwarnings("ignore", message=".*LeafSpec")
+                step = aoti_load_package(aoti_compile_and_package(program))
         self.graphs = {
             "encoder": EncoderGraph(model),
             "cross": CrossGraph(model),
