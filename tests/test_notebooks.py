@@ -16,6 +16,7 @@ ALLOWED_TAGS = {
     "remove-cell",
     "remove-input",
     "remove-output",
+    "remove-stderr",
     "hide-input",
     "hide-output",
     "raises-exception",
