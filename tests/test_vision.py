@@ -34,6 +34,7 @@ from transformer_lite.vision import (
     ViTConfig,
     patch_grid,
     to_patches,
+    window_mask,
 )
 
 SMALL = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
@@ -219,6 +220,44 @@ def test_from_vit_starts_from_the_vits_weights():
         ImageToText.from_vit(other, image_to_text().config)
 
 
+def test_window_mask_groups_the_patches_of_each_window():
+    mask = window_mask((2, 6), (2, 2))  # three windows of 2 x 2 patches
+    cell = torch.tensor([0, 0, 1, 1, 2, 2] * 2)  # each patch's window
+    assert torch.equal(mask, cell[:, None] == cell[None])
+    assert mask.sum().item() == 3 * 4 * 4
+    with pytest.raises(ValueError, match="must tile"):
+        window_mask((2, 6), (2, 4))
+    with pytest.raises(ValueError, match="must tile"):
+        ImageToTextConfig(
+            5, vision=ViTConfig(image_size=(8, 24)), window=(4, 5)
+        )
+
+
+def test_a_windowed_encoder_reads_each_window_as_the_vit_would():
+    """With windows of one digit cell and positions tiled from the ViT,
+    each cell's patch outputs are the ViT's outputs for that cell alone;
+    the memory adds its own positions, which tell the cells apart."""
+    vit = tiny_vit()
+    vision = ViTConfig(image_size=(8, 24), **SMALL)
+    config = ImageToTextConfig(11, vision=vision, window=(4, 4), n_heads=2)
+    model = ImageToText.from_vit(vit, config).eval()
+    images = torch.rand(2, 1, 8, 24)
+    with torch.no_grad():
+        memory = model.encode(images)  # (2, 48, 16)
+        patches = memory - model.memory_positions.table()
+        grid = patches.view(2, 4, 12, 16)
+        for cell in range(3):
+            alone = vit.features(
+                images[..., 8 * cell : 8 * cell + 8], class_token=False
+            ).view(2, 4, 4, 16)
+            torch.testing.assert_close(
+                grid[:, :, 4 * cell : 4 * cell + 4], alone
+            )
+        whole = ImageToText.from_vit(vit, image_to_text().config).eval()
+        mixed = whole.encode(images) - whole.memory_positions.table()
+    assert not torch.allclose(mixed, patches, atol=1e-4)
+
+
 def test_digit_splits_are_disjoint_and_stratified():
     splits = digit_splits(test_fraction=0.25, seed=0)
     (train, y_train), (test, y_test) = splits["train"], splits["test"]
@@ -276,9 +315,11 @@ def test_numbers_are_drawn_evenly_by_digit_count():
     counts = torch.bincount(torch.tensor([len(str(n)) for n in numbers]))
     assert counts[1:].tolist() == pytest.approx([1000] * 3, abs=100)
     assert 0 <= min(numbers) and max(numbers) < 1000
-    assert digit_columns(7) == [range(8, 16)]
-    assert digit_columns(42) == [range(4, 12), range(12, 20)]
+    assert digit_columns(7) == [range(16, 24)]
+    assert digit_columns(42) == [range(8, 16), range(16, 24)]
     assert digit_columns(305)[0] == range(0, DIGIT_SIZE)
+    with pytest.raises(ValueError, match="number"):
+        digit_columns(1000)
     images, numbers = number_images(*digit_splits()["train"], 5, seed=3)
     assert images.shape == (5, 1, 8, 24) and numbers == draw_numbers(5, seed=3)
 

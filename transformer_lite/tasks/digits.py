@@ -116,13 +116,12 @@ def draw_numbers(
 
 def digit_columns(number: int, max_digits: int = MAX_DIGITS) -> list[range]:
     """The pixel columns that each digit of ``number`` occupies in its
-    composed image (the digits are centred), first digit first."""
+    composed image, first digit first. Numbers are right-aligned, as in
+    a column of figures: the units digit is always in the last cell,
+    the tens digit in the one before it."""
+    check_int("number", number, low=0, high=10**max_digits - 1)
     k = len(str(number))
-    if not 0 <= number < 10**max_digits:
-        raise ValueError(
-            f"number must be in [0, {10**max_digits}), got {number}"
-        )
-    left = (max_digits - k) * DIGIT_SIZE // 2
+    left = (max_digits - k) * DIGIT_SIZE
     return [
         range(left + i * DIGIT_SIZE, left + (i + 1) * DIGIT_SIZE)
         for i in range(k)
@@ -139,9 +138,10 @@ def compose_numbers(
     generator: torch.Generator | int = 0,
 ) -> Tensor:
     """One image per number: a random image of each of its digits,
-    drawn from ``images``, side by side and centred on a blank canvas
-    ``max_digits`` digits wide; each digit is shifted within its own
-    cell by up to ``max_shift`` pixels (:func:`shift_images`).
+    drawn from ``images``, side by side and right-aligned
+    (:func:`digit_columns`) on a blank canvas ``max_digits`` digits
+    wide; each digit is shifted within its own cell by up to
+    ``max_shift`` pixels (:func:`shift_images`).
 
     Shape:
         images: (n, 1, 8, 8); labels: (n,);

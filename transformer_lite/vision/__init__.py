@@ -16,6 +16,7 @@ from transformer_lite.vision.patches import (
     check_images,
     patch_grid,
     to_patches,
+    window_mask,
 )
 from transformer_lite.vision.vit import VisionTransformer, ViTConfig
 
@@ -30,4 +31,5 @@ __all__ = [
     "check_images",
     "patch_grid",
     "to_patches",
+    "window_mask",
 ]

@@ -22,7 +22,12 @@ from transformer_lite.layers import Decoder
 from transformer_lite.masks import target_mask
 from transformer_lite.positional import SinusoidalPositionalEncoding
 from transformer_lite.tokens import PAD_ID, check_token_tensor
-from transformer_lite.vision.patches import check_images
+from transformer_lite.vision.patches import (
+    PatchPositions,
+    _pair,
+    check_images,
+    window_mask,
+)
 from transformer_lite.vision.vit import VisionTransformer, ViTConfig
 
 __all__ = ["ImageToText", "ImageToTextConfig"]
@@ -36,6 +41,7 @@ class ImageToTextConfig:
 
     tgt_vocab: int  # V, the number of target token ids
     vision: ViTConfig = field(default_factory=ViTConfig)  # the encoder
+    window: tuple[int, int] | None = None  # attention windows, in patches
     n_layers: int = 2  # decoder layers
     d_ff: int = 128  # inner width of the decoder's feed-forward networks
     n_heads: int = 4  # decoder heads; must divide d_model
@@ -52,6 +58,9 @@ class ImageToTextConfig:
             check_int(name, getattr(self, name), low=1)
         check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
         check_int("pad_id", self.pad_id, low=0, high=self.tgt_vocab - 1)
+        if self.window is not None:
+            self.window = _pair("window", self.window)
+            window_mask(self.vision.grid, self.window)  # tiles the grid?
         if self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads "
@@ -71,6 +80,12 @@ class ImageToText(nn.Module):
     """A ViT encoder (no class token, no head) and the Transformer's
     decoder: ``encode`` an image to memory, ``decode`` words from it.
 
+    With ``config.window``, each patch attends only to the patches of its
+    window: the encoder reads every window as an image of its own. The
+    memory then gets learned positions of its own (``memory_positions``,
+    rows and columns of the whole grid), so that the decoder can tell
+    the windows apart.
+
     Speaks the interface of :class:`~transformer_lite.model.Transformer`
     that decoding uses: ``encode``, ``decode`` (with a ``cache``),
     ``new_cache``, ``generator``, ``config``, and ``source_mask``.
@@ -86,6 +101,15 @@ class ImageToText(nn.Module):
         self.encoder = VisionTransformer(
             ViTConfig(**{**c.vision.to_dict(), "n_classes": 0})
         )
+        self.memory_positions = PatchPositions(c.vision.grid, c.d_model, "2d")
+        if c.window is not None:
+            self.register_buffer(
+                "window_mask",
+                window_mask(c.vision.grid, c.window),  # (N, N)
+                persistent=False,
+            )
+        else:
+            self.window_mask = None
         self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
         self.positional = SinusoidalPositionalEncoding(
             c.d_model, c.dropout, c.max_len
@@ -100,8 +124,8 @@ class ImageToText(nn.Module):
         )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab)
         for name, p in self.named_parameters():
-            if name.startswith("encoder."):
-                continue  # initialised by the ViT
+            if name.startswith(("encoder.", "memory_positions.")):
+                continue  # initialised by the ViT, or their own
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
             elif name.endswith("bias"):
@@ -141,10 +165,13 @@ PatchPositions.tiled`). The patch size, widths and layers must match."""
         )
 
     def encode(self, images: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Images (B, K, Hi, Wi) -> memory (B, N, C), the patch outputs.
-        ``src_mask`` is accepted for the decoding interface: a patch
-        attends to every patch."""
-        return self.encoder.features(images, class_token=False)
+        """Images (B, K, Hi, Wi) -> memory (B, N, C): the patch outputs
+        plus the memory's positions. ``src_mask`` is accepted for the
+        decoding interface; the encoder's own mask is the windows."""
+        patches = self.encoder.features(
+            images, class_token=False, mask=self.window_mask
+        )  # (B, N, C)
+        return self.memory_positions(patches)
 
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Target embeddings times sqrt(d_model), plus positions."""

@@ -21,6 +21,7 @@ __all__ = [
     "check_images",
     "patch_grid",
     "to_patches",
+    "window_mask",
 ]
 
 POSITION_KINDS = ("1d", "2d")  # a vector per patch; a row plus a column
@@ -189,3 +190,24 @@ class PatchPositions(nn.Module):
                 tiled.rows.copy_(self.rows.repeat(H // h, 1))
                 tiled.columns.copy_(self.columns.repeat(W // w, 1))
         return tiled.to(self.table().device)
+
+
+def window_mask(grid: tuple[int, int], window: tuple[int, int]) -> Tensor:
+    """Attention inside windows only: True where patch i and patch j lie
+    in the same ``window`` (h_w x w_w patches) of the ``grid``; the
+    windows tile the grid. An encoder under this mask reads each window
+    as if it were an image of its own.
+
+    Shape:
+        output: (N, N), N = h * w, patches row by row.
+    """
+    h, w = _pair("grid", grid)
+    hw, ww = _pair("window", window)
+    if h % hw or w % ww:
+        raise ValueError(
+            f"windows of {hw}x{ww} patches must tile the {h}x{w} grid"
+        )
+    rows = torch.arange(h).repeat_interleave(w)  # (N,) each patch's row
+    columns = torch.arange(w).repeat(h)  # (N,)
+    cell = (rows // hw) * (w // ww) + columns // ww  # (N,) its window
+    return cell[:, None] == cell[None]  # (N, N)

@@ -105,16 +105,31 @@ class VisionTransformer(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
-    def features(self, images: Tensor, *, class_token: bool = True) -> Tensor:
+    def features(
+        self,
+        images: Tensor,
+        *,
+        class_token: bool = True,
+        mask: Tensor | None = None,
+    ) -> Tensor:
         """The encoder's output at every token: the class token first
-        (unless ``class_token=False``), then the patches row by row."""
+        (unless ``class_token=False``), then the patches row by row.
+        ``mask`` (True = may attend) restricts the self-attention, e.g.
+        to windows (:func:`~transformer_lite.vision.patches.window_mask`).
+
+        Shape:
+            mask: (L, L) or (B, L, L), L = N (+ 1 with the class token).
+        """
         c = self.config
         check_images(images, c.in_channels, c.image_size)
         x = self.positions(self.patch_embed(images))  # (B, N, C)
         if class_token:  # the class token carries no position
             cls = self.class_token.expand(x.size(0), -1, -1)  # (B, 1, C)
             x = torch.cat([cls, x], dim=1)  # (B, 1 + N, C)
-        return self.encoder(self.dropout(x))
+        if mask is not None:
+            L = x.size(1)
+            mask = mask.to(x.device).expand(x.size(0), L, L)  # (B, L, L)
+        return self.encoder(self.dropout(x), mask)
 
     def forward(self, images: Tensor) -> Tensor:
         if self.head is None:
