@@ -107,7 +107,8 @@ def test_vit_scores_classes_and_checks_its_images():
     images = torch.rand(3, 1, 8, 8)
     assert vit(images).shape == (3, 10)
     assert vit.features(images).shape == (3, 17, 16)
-    assert vit.features(images, class_token=False).shape == (3, 16, 16)
+    assert vit.features(images, class_tokens=0).shape == (3, 16, 16)
+    assert vit.features(images, class_tokens=3).shape == (3, 19, 16)
     for bad, match in [
         (torch.rand(3, 8, 8), "shape"),
         (torch.rand(3, 1, 8, 10), "shape"),
@@ -225,6 +226,9 @@ def test_window_mask_groups_the_patches_of_each_window():
     cell = torch.tensor([0, 0, 1, 1, 2, 2] * 2)  # each patch's window
     assert torch.equal(mask, cell[:, None] == cell[None])
     assert mask.sum().item() == 3 * 4 * 4
+    with_classes = window_mask((2, 6), (2, 2), class_tokens=True)
+    cell = torch.cat([torch.arange(3), cell])  # a class token per window
+    assert torch.equal(with_classes, cell[:, None] == cell[None])
     with pytest.raises(ValueError, match="must tile"):
         window_mask((2, 6), (2, 4))
     with pytest.raises(ValueError, match="must tile"):
@@ -235,27 +239,36 @@ def test_window_mask_groups_the_patches_of_each_window():
 
 def test_a_windowed_encoder_reads_each_window_as_the_vit_would():
     """With windows of one digit cell and positions tiled from the ViT,
-    each cell's patch outputs are the ViT's outputs for that cell alone;
-    the memory adds its own positions, which tell the cells apart."""
+    each cell's class token and patch outputs are the ViT's outputs for
+    that cell alone; the memory adds its own positions, which tell the
+    cells apart."""
     vit = tiny_vit()
     vision = ViTConfig(image_size=(8, 24), **SMALL)
     config = ImageToTextConfig(11, vision=vision, window=(4, 4), n_heads=2)
     model = ImageToText.from_vit(vit, config).eval()
     images = torch.rand(2, 1, 8, 24)
     with torch.no_grad():
-        memory = model.encode(images)  # (2, 48, 16)
-        patches = memory - model.memory_positions.table()
+        memory = model.encode(images)  # (2, 3 + 48, 16)
+        assert memory.shape == (2, 51, 16)
+        assert model.source_mask(images).shape == (2, 1, 51)
+        classes = memory[:, :3] - model.window_positions
+        patches = memory[:, 3:] - model.memory_positions.table()
         grid = patches.view(2, 4, 12, 16)
         for cell in range(3):
-            alone = vit.features(
-                images[..., 8 * cell : 8 * cell + 8], class_token=False
-            ).view(2, 4, 4, 16)
+            alone = vit.features(images[..., 8 * cell : 8 * cell + 8])
+            torch.testing.assert_close(classes[:, cell], alone[:, 0])
             torch.testing.assert_close(
-                grid[:, :, 4 * cell : 4 * cell + 4], alone
+                grid[:, :, 4 * cell : 4 * cell + 4],
+                alone[:, 1:].reshape(2, 4, 4, 16),
             )
         whole = ImageToText.from_vit(vit, image_to_text().config).eval()
         mixed = whole.encode(images) - whole.memory_positions.table()
     assert not torch.allclose(mixed, patches, atol=1e-4)
+    out = greedy_decode(model, images, max_len=5, bos_id=BOS_ID)
+    cached = greedy_decode(
+        model, images, max_len=5, bos_id=BOS_ID, use_cache=True
+    )
+    assert torch.equal(out, cached)
 
 
 def test_digit_splits_are_disjoint_and_stratified():

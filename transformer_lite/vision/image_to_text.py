@@ -80,11 +80,13 @@ class ImageToText(nn.Module):
     """A ViT encoder (no class token, no head) and the Transformer's
     decoder: ``encode`` an image to memory, ``decode`` words from it.
 
-    With ``config.window``, each patch attends only to the patches of its
-    window: the encoder reads every window as an image of its own. The
-    memory then gets learned positions of its own (``memory_positions``,
-    rows and columns of the whole grid), so that the decoder can tell
-    the windows apart.
+    With ``config.window``, the encoder reads every window as an image
+    of its own: each window gets a copy of the class token, and a token
+    attends only to the tokens of its window. The memory is then the
+    windows' class tokens, then the patches. It gets learned positions
+    of its own (``memory_positions``, rows and columns of the whole
+    grid, and ``window_positions`` for the class tokens), so that the
+    decoder can tell the windows apart.
 
     Speaks the interface of :class:`~transformer_lite.model.Transformer`
     that decoding uses: ``encode``, ``decode`` (with a ``cache``),
@@ -92,7 +94,7 @@ class ImageToText(nn.Module):
 
     Shape:
         images: (B, K, Hi, Wi); tgt: (B, T) token ids; memory: (B, S, C),
-        S = N patches; output: (B, T, V).
+        S = N patches, or n_windows + N; output: (B, T, V).
     """
 
     def __init__(self, config: ImageToTextConfig) -> None:
@@ -102,14 +104,18 @@ class ImageToText(nn.Module):
             ViTConfig(**{**c.vision.to_dict(), "n_classes": 0})
         )
         self.memory_positions = PatchPositions(c.vision.grid, c.d_model, "2d")
+        mask = None  # (n_windows + N, n_windows + N), or no mask
         if c.window is not None:
-            self.register_buffer(
-                "window_mask",
-                window_mask(c.vision.grid, c.window),  # (N, N)
-                persistent=False,
-            )
-        else:
-            self.window_mask = None
+            mask = window_mask(c.vision.grid, c.window, class_tokens=True)
+        self.register_buffer("window_mask", mask, persistent=False)
+        self.n_windows = (
+            0
+            if mask is None
+            else mask.size(0) - (self.memory_positions.n_patches)
+        )
+        self.window_positions = nn.Parameter(  # (n_windows, C)
+            torch.randn(self.n_windows, c.d_model) * 0.02
+        )
         self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
         self.positional = SinusoidalPositionalEncoding(
             c.d_model, c.dropout, c.max_len
@@ -124,7 +130,7 @@ class ImageToText(nn.Module):
         )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab)
         for name, p in self.named_parameters():
-            if name.startswith(("encoder.", "memory_positions.")):
+            if name.startswith(("encoder.", "memory_", "window_")):
                 continue  # initialised by the ViT, or their own
             if p.dim() > 1:
                 nn.init.xavier_uniform_(p)
@@ -155,23 +161,27 @@ PatchPositions.tiled`). The patch size, widths and layers must match."""
         return model
 
     def source_mask(self, images: Tensor) -> Tensor:
-        """Every patch may be attended to: all True (B, 1, N). Checks
-        ``images`` (decoding calls it for its memory mask)."""
+        """Every memory position may be attended to: all True (B, 1, S).
+        Checks ``images`` (decoding calls it for its memory mask)."""
         v = self.config.vision
         check_images(images, v.in_channels, v.image_size)
-        N = v.grid[0] * v.grid[1]
+        S = self.n_windows + self.memory_positions.n_patches
         return torch.ones(
-            images.size(0), 1, N, dtype=torch.bool, device=images.device
+            images.size(0), 1, S, dtype=torch.bool, device=images.device
         )
 
     def encode(self, images: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Images (B, K, Hi, Wi) -> memory (B, N, C): the patch outputs
-        plus the memory's positions. ``src_mask`` is accepted for the
-        decoding interface; the encoder's own mask is the windows."""
-        patches = self.encoder.features(
-            images, class_token=False, mask=self.window_mask
-        )  # (B, N, C)
-        return self.memory_positions(patches)
+        """Images (B, K, Hi, Wi) -> memory (B, S, C): the windows' class
+        tokens (if any) and the patch outputs, plus the memory's
+        positions. ``src_mask`` is accepted for the decoding interface;
+        the encoder's own mask is the windows."""
+        n = self.n_windows
+        tokens = self.encoder.features(
+            images, class_tokens=n, mask=self.window_mask
+        )  # (B, n + N, C)
+        windows = tokens[:, :n] + self.window_positions  # (B, n, C)
+        patches = self.memory_positions(tokens[:, n:])  # (B, N, C)
+        return torch.cat([windows, patches], dim=1)  # (B, n + N, C)
 
     def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Target embeddings times sqrt(d_model), plus positions."""

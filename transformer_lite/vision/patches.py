@@ -145,6 +145,7 @@ class PatchPositions(nn.Module):
                 f"kind must be one of {POSITION_KINDS}, got {kind!r}"
             )
         self.grid = h, w = _pair("grid", grid)
+        self.n_patches = h * w  # N
         self.kind = kind
         std = 0.02  # small, as the paper's initialisation
         if kind == "1d":
@@ -192,14 +193,22 @@ class PatchPositions(nn.Module):
         return tiled.to(self.table().device)
 
 
-def window_mask(grid: tuple[int, int], window: tuple[int, int]) -> Tensor:
-    """Attention inside windows only: True where patch i and patch j lie
-    in the same ``window`` (h_w x w_w patches) of the ``grid``; the
-    windows tile the grid. An encoder under this mask reads each window
-    as if it were an image of its own.
+def window_mask(
+    grid: tuple[int, int],
+    window: tuple[int, int],
+    *,
+    class_tokens: bool = False,
+) -> Tensor:
+    """Attention inside windows only: True where two tokens belong to the
+    same ``window`` (h_w x w_w patches) of the ``grid``; the windows tile
+    the grid. With ``class_tokens``, the tokens start with one class
+    token per window (window k's first), which belongs to its window. An
+    encoder under this mask reads each window as if it were an image of
+    its own.
 
     Shape:
-        output: (N, N), N = h * w, patches row by row.
+        output: (L, L), L = N patches (row by row), plus one class
+        token per window first.
     """
     h, w = _pair("grid", grid)
     hw, ww = _pair("window", window)
@@ -210,4 +219,7 @@ def window_mask(grid: tuple[int, int], window: tuple[int, int]) -> Tensor:
     rows = torch.arange(h).repeat_interleave(w)  # (N,) each patch's row
     columns = torch.arange(w).repeat(h)  # (N,)
     cell = (rows // hw) * (w // ww) + columns // ww  # (N,) its window
-    return cell[:, None] == cell[None]  # (N, N)
+    if class_tokens:
+        n_windows = (h // hw) * (w // ww)
+        cell = torch.cat([torch.arange(n_windows), cell])  # (L,)
+    return cell[:, None] == cell[None]  # (L, L)

@@ -109,23 +109,26 @@ class VisionTransformer(nn.Module):
         self,
         images: Tensor,
         *,
-        class_token: bool = True,
+        class_tokens: int = 1,
         mask: Tensor | None = None,
     ) -> Tensor:
-        """The encoder's output at every token: the class token first
-        (unless ``class_token=False``), then the patches row by row.
-        ``mask`` (True = may attend) restricts the self-attention, e.g.
-        to windows (:func:`~transformer_lite.vision.patches.window_mask`).
+        """The encoder's output at every token: ``class_tokens`` copies
+        of the class token first (one, the classifier's; none; or one
+        per attention window), then the patches row by row. ``mask``
+        (True = may attend) restricts the self-attention, e.g. to
+        windows (:func:`~transformer_lite.vision.patches.window_mask`).
 
         Shape:
-            mask: (L, L) or (B, L, L), L = N (+ 1 with the class token).
+            mask: (L, L) or (B, L, L), L = class_tokens + N;
+            output: (B, L, C).
         """
         c = self.config
         check_images(images, c.in_channels, c.image_size)
+        check_int("class_tokens", class_tokens, low=0)
         x = self.positions(self.patch_embed(images))  # (B, N, C)
-        if class_token:  # the class token carries no position
-            cls = self.class_token.expand(x.size(0), -1, -1)  # (B, 1, C)
-            x = torch.cat([cls, x], dim=1)  # (B, 1 + N, C)
+        if class_tokens:  # the class token carries no position
+            cls = self.class_token.expand(x.size(0), class_tokens, -1)
+            x = torch.cat([cls, x], dim=1)  # (B, class_tokens + N, C)
         if mask is not None:
             L = x.size(1)
             mask = mask.to(x.device).expand(x.size(0), L, L)  # (B, L, L)
