@@ -205,7 +205,10 @@ def test_decoding_asks_the_model_for_its_memory_mask():
 
 def test_from_vit_starts_from_the_vits_weights():
     vit = tiny_vit()
+    with torch.no_grad():
+        vit.class_token.normal_()
     model = ImageToText.from_vit(vit, image_to_text().config)
+    assert torch.equal(model.encoder.class_token, vit.class_token)
     encoder = model.encoder
     for name, p in vit.encoder.state_dict().items():
         assert torch.equal(encoder.encoder.state_dict()[name], p)
@@ -243,6 +246,8 @@ def test_a_windowed_encoder_reads_each_window_as_the_vit_would():
     that cell alone; the memory adds its own positions, which tell the
     cells apart."""
     vit = tiny_vit()
+    with torch.no_grad():  # as if trained: not its zero start
+        vit.class_token.normal_()
     vision = ViTConfig(image_size=(8, 24), **SMALL)
     config = ImageToTextConfig(11, vision=vision, window=(4, 4), n_heads=2)
     model = ImageToText.from_vit(vit, config).eval()

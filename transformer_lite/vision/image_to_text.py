@@ -142,7 +142,7 @@ class ImageToText(nn.Module):
         cls, vit: VisionTransformer, config: ImageToTextConfig
     ) -> "ImageToText":
         """A model whose encoder starts from a trained ViT's patch
-        embedding and layers; on a larger image its positions start as
+        embedding, class token and layers; on a larger image its positions start as
         copies of the ViT's (:meth:`~transformer_lite.vision.patches.\
 PatchPositions.tiled`). The patch size, widths and layers must match."""
         model = cls(config)
@@ -157,6 +157,8 @@ PatchPositions.tiled`). The patch size, widths and layers must match."""
         encoder = model.encoder
         encoder.patch_embed.load_state_dict(vit.patch_embed.state_dict())
         encoder.encoder.load_state_dict(vit.encoder.state_dict())
+        with torch.no_grad():
+            encoder.class_token.copy_(vit.class_token)
         encoder.positions = vit.positions.tiled(mine.grid)
         return model
 
