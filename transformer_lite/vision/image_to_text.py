@@ -142,9 +142,10 @@ class ImageToText(nn.Module):
         cls, vit: VisionTransformer, config: ImageToTextConfig
     ) -> "ImageToText":
         """A model whose encoder starts from a trained ViT's patch
-        embedding, class token and layers; on a larger image its positions start as
-        copies of the ViT's (:meth:`~transformer_lite.vision.patches.\
-PatchPositions.tiled`). The patch size, widths and layers must match."""
+        embedding, class token and layers; on a larger image its
+        positions start as copies of the ViT's
+        (:meth:`~transformer_lite.vision.patches.PatchPositions.tiled`).
+        The patch size, widths and layers must match."""
         model = cls(config)
         mine, theirs = config.vision, vit.config
         same = ("patch_size", "in_channels", "n_layers", "d_model")
