@@ -525,8 +525,9 @@ show(ImageToText.encode, ImageToText.decode)
 # %%
 show(ImageToText.source_mask)
 
-# %% [markdown] The image encoder need not start from nothing: we have a ViT
-# that reads single digits. `from_vit` copies its patch embedding and encoder
+# %% [markdown]
+# The image encoder need not start from nothing: we have a ViT that reads
+# single digits. `from_vit` copies its patch embedding and encoder
 # layers, and builds the positions of the wider 4 x 12 grid from copies of its
 # 4 x 4 grid (`PatchPositions.tiled`). One more piece makes the copy exact:
 # every cell gets its own copy of the class token, and an attention mask
