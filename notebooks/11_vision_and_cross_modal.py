@@ -354,15 +354,18 @@ vit_accuracy = vit_log["accuracy"][-1]
 results.round({"test accuracy": 4, "training seconds": 1})
 
 # %% tags=["remove-cell"]
-assert vit_accuracy >= 0.97, vit_accuracy
+assert vit_accuracy >= 0.955, vit_accuracy
 assert cnn_log["accuracy"][-1] >= 0.97, cnn_log
 assert logistic_accuracy >= 0.93, logistic_accuracy
 assert vit_log["seconds"] > cnn_log["seconds"]
 
 # %% [markdown]
 # All three read the held-out handwriting well (the numbers printed
-# above are this run's; over the seeds 0, 1 and 2 the ViT scored at
-# least 97%). What the table hides is the cost. The curves below show
+# above are this run's; over the seeds 0, 1 and 2 the ViT scored 96.2%
+# to 97.1%, the CNN 98.4% to 99.1%, logistic regression 96.4% to
+# 96.9%). The ViT, with the most training, is not ahead: on 1,347
+# images the simplest model nearly matches it. What the table hides is
+# the cost. The curves below show
 # each network's test accuracy as training goes on:
 
 # %%
@@ -462,13 +465,13 @@ plt.show()
 # %% tags=["remove-cell"]
 _rows = weights[-1][:, :, 0].sum(-1)  # the class token's rows sum to 1
 torch.testing.assert_close(_rows, torch.ones_like(_rows))
-_ink = to_patches(shown_x, 2).sum(-1) > 0.5  # (8, 16) patches with ink
-_on_ink = (class_rows * _ink).sum(-1) / class_rows.sum(-1)
-assert (_on_ink.mean() > _ink.float().mean()).item()
 
 # %% [markdown]
-# The weights sit on patches with ink, and more of them than the share
-# of inked patches alone would give; blank corners get little.
+# These maps need not follow the ink. By the last layer, three layers of
+# attention have already passed information between the patches, so a
+# blank patch can carry news of the strokes around it, and the class
+# token gathers wherever the network has put it; different seeds put it
+# in different places. (Exercise 6 draws the first layer's maps.)
 
 # %% [markdown]
 # ## From pixels to words
@@ -647,9 +650,18 @@ by_digits.round(3)
 
 # %% tags=["remove-cell"]
 assert torch.equal(greedy, cached)
-assert right.float().mean().item() >= 0.90, by_digits
-assert right_beam.float().mean().item() >= 0.90, by_digits
+assert right.float().mean().item() >= 0.85, by_digits
+assert right_beam.float().mean().item() >= 0.85, by_digits
 assert abs(right_beam.float().mean() - right.float().mean()) < 0.03
+_by_k = by_digits["exact match (greedy)"]
+assert _by_k[0] > _by_k[2], by_digits  # one digit easier than three
+
+# %% [markdown]
+# Over the seeds 0, 1 and 2 the reader got 91%, 88% and 95% of the test
+# numbers exactly right (greedy; the numbers above are this run's).
+# Three-digit numbers are the hardest (81% to 91%): every one of their
+# digits must be read right, by a frozen ViT that misreads about three
+# digits in a hundred, and the errors add up.
 
 # %% [markdown]
 # The KV cache gives the same words as decoding without it, and beam
@@ -766,7 +778,7 @@ print(f"three-digit test numbers: {len(three)}; the hundreds word puts "
       f"{17 / 51:.0%} of the memory)")
 
 # %% tags=["remove-cell"]
-assert share >= 0.8, share
+assert share >= 0.85, share
 
 # %% [markdown]
 # Nothing told the model where the digits are, or that the first word
@@ -799,19 +811,20 @@ assert share >= 0.8, share
 #   learned positions, puts a learned class token in front, and runs
 #   chapter 5's encoder. The class token's output is classified.
 # - On scikit-learn's 8 x 8 digits, a ViT of about 135,000 parameters
-#   reached at least 97% on held-out handwriting, as did a CNN of the
-#   same size in a third of the epochs; logistic regression on the
-#   pixels came close behind. The ViT has to learn the locality a
-#   convolution is given.
+#   reached 96% to 97% on held-out handwriting in 100 epochs; a CNN of
+#   about the same size reached 98% to 99% in 15, and logistic
+#   regression on the pixels 96% to 97%. The ViT has to learn the
+#   locality a convolution is given.
 # - Its learned positions became similar for neighbouring patches; its
 #   class token attends to the inked patches.
 # - An **image-to-text** model is a ViT encoder whose patch outputs are
 #   the memory of the text decoder. Decoding, greedy or beam, with or
 #   without the KV cache, is the same code; it asks the model for its
 #   memory mask. With the trained ViT frozen as its encoder, reading
-#   each digit cell through a window mask, it read at least 90% of the
-#   test numbers exactly, and its cross-attention reads the digits in
-#   the order the words name them.
+#   each digit cell through a window mask, it read 88% to 95% of the
+#   test numbers exactly (seeds 0 to 2), three-digit numbers hardest;
+#   and its cross-attention reads the digits in the order the words
+#   name them.
 #
 # ## Exercises
 #
@@ -830,3 +843,6 @@ assert share >= 0.8, share
 # 5. **Where the other words look.** Measure, as for the hundreds word,
 #    where "hundred", "and" and the last word put their weight. Which
 #    word looks at the image least, and why might it?
+# 6. **Layer by layer.** Draw the class token's attention maps of the
+#    first layer beside those of the last. Which follow the ink more
+#    closely, and why?
