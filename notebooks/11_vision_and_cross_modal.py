@@ -434,11 +434,11 @@ print(f"mean similarity: neighbouring patches {near:.2f}, patches four "
 assert near > far + 0.2, (near, far)
 
 # %% [markdown]
-# Each square is brightest at its own patch, as it must be, and stays
-# bright along its own row and column: sharing a row vector or a column
-# vector makes two positions alike. Beyond that, training has made
-# neighbouring patches more similar than distant ones: nothing in the
-# initialisation said that row 1 lies between rows 0 and 2.
+# Each square is brightest at its own patch, as it must be. Two patches
+# in one row share their row vector, and two in one column their column
+# vector; but nothing said that row 1 lies between rows 0 and 2. Training
+# found it: neighbouring patches have become more similar than distant
+# ones.
 #
 # **Where the class token looks.** Keeping the attention weights of the
 # last layer (`kept_weights`, [chapter 7](07_translation)), the class
