@@ -323,11 +323,11 @@ def fit_classifier(model, epochs: int, *, lr: float, seed: int,
 
 
 # %% [markdown]
-# The ViT trains for 100 epochs; the CNN for 15, which is already more
+# The ViT trains for 150 epochs; the CNN for 15, which is already more
 # than it needs.
 
 # %%
-VIT_EPOCHS, CNN_EPOCHS = 100, 15
+VIT_EPOCHS, CNN_EPOCHS = 150, 15
 vit_log = fit_classifier(vit, VIT_EPOCHS, lr=3e-3, seed=SEED + 3)
 cnn_log = fit_classifier(cnn, CNN_EPOCHS, lr=3e-3, seed=SEED + 4,
                          eval_every=1)
@@ -354,18 +354,21 @@ vit_accuracy = vit_log["accuracy"][-1]
 results.round({"test accuracy": 4, "training seconds": 1})
 
 # %% tags=["remove-cell"]
-assert vit_accuracy >= 0.955, vit_accuracy
+assert vit_accuracy >= 0.965, vit_accuracy
 assert cnn_log["accuracy"][-1] >= 0.97, cnn_log
 assert logistic_accuracy >= 0.93, logistic_accuracy
+assert vit_accuracy > logistic_accuracy, (vit_accuracy, logistic_accuracy)
+assert cnn_log["accuracy"][-1] >= vit_accuracy - 0.01, results
 assert vit_log["seconds"] > cnn_log["seconds"]
 
 # %% [markdown]
 # All three read the held-out handwriting well (the numbers printed
-# above are this run's; over the seeds 0, 1 and 2 the ViT scored 96.2%
-# to 97.1%, the CNN 98.4% to 99.1%, logistic regression 96.4% to
-# 96.9%). The ViT, with the most training, is not ahead: on 1,347
-# images the simplest model nearly matches it. What the table hides is
-# the cost. The curves below show
+# above are this run's; over the seeds 0, 1 and 2 the ViT scored 97.6%
+# to 98.0%, the CNN 98.4% to 99.1%, logistic regression 96.4% to
+# 97.1%). The ViT beats the linear model by about a point, and the
+# CNN matches or beats the ViT with a tenth of the epochs: on 1,347
+# images, the ViT's generality buys little. What the table hides is the cost. The curves
+# below show
 # each network's test accuracy as training goes on:
 
 # %%
@@ -650,17 +653,17 @@ by_digits.round(3)
 
 # %% tags=["remove-cell"]
 assert torch.equal(greedy, cached)
-assert right.float().mean().item() >= 0.85, by_digits
-assert right_beam.float().mean().item() >= 0.85, by_digits
+assert right.float().mean().item() >= 0.90, by_digits
+assert right_beam.float().mean().item() >= 0.90, by_digits
 assert abs(right_beam.float().mean() - right.float().mean()) < 0.03
 _by_k = by_digits["exact match (greedy)"]
 assert _by_k[0] > _by_k[2], by_digits  # one digit easier than three
 
 # %% [markdown]
-# Over the seeds 0, 1 and 2 the reader got 91%, 88% and 95% of the test
+# Over the seeds 0, 1 and 2 the reader got 93%, 94% and 95% of the test
 # numbers exactly right (greedy; the numbers above are this run's).
-# Three-digit numbers are the hardest (81% to 91%): every one of their
-# digits must be read right, by a frozen ViT that misreads about three
+# Three-digit numbers are the hardest (91% to 92%): every one of their
+# digits must be read right, by a frozen ViT that misreads about two
 # digits in a hundred, and the errors add up.
 
 # %% [markdown]
@@ -778,7 +781,7 @@ print(f"three-digit test numbers: {len(three)}; the hundreds word puts "
       f"{17 / 51:.0%} of the memory)")
 
 # %% tags=["remove-cell"]
-assert share >= 0.85, share
+assert share >= 0.90, share
 
 # %% [markdown]
 # Nothing told the model where the digits are, or that the first word
@@ -811,8 +814,8 @@ assert share >= 0.85, share
 #   learned positions, puts a learned class token in front, and runs
 #   chapter 5's encoder. The class token's output is classified.
 # - On scikit-learn's 8 x 8 digits, a ViT of about 135,000 parameters
-#   reached 96% to 97% on held-out handwriting in 100 epochs; a CNN of
-#   about the same size reached 98% to 99% in 15, and logistic
+#   reached 97.6% to 98.0% on held-out handwriting in 150 epochs; a CNN
+#   of about the same size reached 98% to 99% in 15, and logistic
 #   regression on the pixels 96% to 97%. The ViT has to learn the
 #   locality a convolution is given.
 # - Its learned positions became similar for neighbouring patches; its
@@ -821,7 +824,7 @@ assert share >= 0.85, share
 #   the memory of the text decoder. Decoding, greedy or beam, with or
 #   without the KV cache, is the same code; it asks the model for its
 #   memory mask. With the trained ViT frozen as its encoder, reading
-#   each digit cell through a window mask, it read 88% to 95% of the
+#   each digit cell through a window mask, it read 93% to 95% of the
 #   test numbers exactly (seeds 0 to 2), three-digit numbers hardest;
 #   and its cross-attention reads the digits in the order the words
 #   name them.
