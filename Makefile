@@ -54,7 +54,7 @@ nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a tes
 # Every chapter takes all of its seeds from BOOK_SEED (default 0, the book's).
 # The chapters that train or sample run again with other seeds, so that a
 # claim true of one random path only fails here. Add chapters as they land.
-SWEEP_CHAPTERS ?= 06 07 08 09 10 12
+SWEEP_CHAPTERS ?= 06 07 08 09 10 11 12
 SWEEP_SEEDS ?= 1 2
 SWEEP_IPYNB = $(patsubst %.py,%.ipynb,$(foreach n,$(SWEEP_CHAPTERS),\
   $(wildcard notebooks/$(n)_*.py)))

@@ -150,6 +150,11 @@ print(f"device           {device}")
 #     decoder alone trained to predict the next token of Python's own
 #     documentation, perplexity, sampling with temperature, top-k and
 #     top-p, and Transformer-XL's memory of the previous segment.
+# 11. **[The Vision Transformer and cross-modal
+#     attention](11_vision_and_cross_modal)**: images as patch tokens, a
+#     ViT against a CNN and logistic regression on real handwriting, and
+#     an image encoder with the text decoder that reads handwritten
+#     numbers aloud.
 # 12. **[Shipping and scaling out](12_shipping_and_scaling_out)**: the
 #     translator exported with `torch.export` and ONNX and run in ONNX
 #     Runtime with the same tokens, eager, compiled, ONNX Runtime and
