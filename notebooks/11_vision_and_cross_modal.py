@@ -367,9 +367,9 @@ assert vit_log["seconds"] > cnn_log["seconds"]
 # to 98.0%, the CNN 98.4% to 99.1%, logistic regression 96.4% to
 # 97.1%). The ViT beats the linear model by about a point, and the
 # CNN matches or beats the ViT with a tenth of the epochs: on 1,347
-# images, the ViT's generality buys little. What the table hides is the cost. The curves
-# below show
-# each network's test accuracy as training goes on:
+# images, the ViT's generality buys little. What the table hides is
+# the cost. The curves below show each network's test accuracy as
+# training goes on:
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.6))
