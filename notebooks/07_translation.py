@@ -401,9 +401,10 @@ print(f"{sum(p.numel() for p in model.parameters()):,} parameters, "
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+threads = torch.get_num_threads()
 print(f"training took {result.seconds:.0f} s of wall-clock time and "
       f"{result.cpu_seconds:.0f} s of CPU time "
-      f"({torch.get_num_threads()} threads)")
+      f"({threads} thread{'s' if threads > 1 else ''})")
 
 # %% [markdown]
 # The training loss cannot reach zero: label smoothing asks for

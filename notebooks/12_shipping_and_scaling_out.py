@@ -89,7 +89,8 @@ print(f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}")
 print(f"transformer_lite {transformer_lite.__version__}, device: {device}")
 print(f"BOOK_SEED={SEED}")
 torch.set_num_threads(1)  # small models: one thread is fastest
-workdir = Path(tempfile.mkdtemp(prefix="chapter12-"))
+scratch = tempfile.TemporaryDirectory(prefix="chapter12-")  # removed at exit
+workdir = Path(scratch.name)
 
 
 def show(*objects) -> None:
@@ -390,10 +391,9 @@ assert abs(table.loc["ONNX Runtime", "size (KB)"]
 #   file shrinks about 3 times, not 4, because embeddings, LayerNorms
 #   and biases stay float32. Accuracy barely moves (the check above
 #   allows ten points; in the book's runs it stayed within one). On this
-#   CPU,
-#   torchao's int8 path in eager mode is *slower*: quantising each input
-#   and the integer kernel's overhead cost more than the saved memory
-#   traffic on matrices this small. int8 pays where weights dominate
+#   CPU, torchao's int8 path in eager mode is *slower*: quantising each
+#   input and the integer kernel's overhead cost more than the saved
+#   memory traffic on matrices this small. int8 pays where weights dominate
 #   the time: large models, memory-bound devices, or compiled kernels.
 # - Compilation is not free: the warm-up above is the price of the
 #   compiled row's speed, paid once per process.

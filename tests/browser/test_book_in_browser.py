@@ -64,7 +64,6 @@ def book_url() -> str:
     """The root URL of ``_build/html``, served on 127.0.0.1."""
     if not (HTML / "index.html").is_file():
         pytest.fail(f"no book in {HTML}: run `make book` first")
-    shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # none left from before
     handler = functools.partial(QuietHandler, directory=str(HTML))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -181,6 +180,12 @@ IMAGES_PENDING = """async () => {
   await Promise.all(images.map(i => i.decode().catch(() => null)));
   const left = images.filter(i => !(i.complete && i.naturalWidth > 0));
   return left.length ? left.map(i => i.getAttribute("src")) : null;
+}"""
+
+
+SEARCH_FINISHED = """() => {
+  const summary = document.querySelector("#search-results .search-summary");
+  return summary && /finished|did not match/.test(summary.innerText);
 }"""
 
 
@@ -308,8 +313,10 @@ def title_word(chapter: str) -> str:
 def test_search_finds_chapter(visit, book_url, chapter):
     word = title_word(chapter)
     page = visit(f"search.html?q={word}").page
+    # Sphinx lists the results a few at a time; the summary line says
+    # when the last one is in.
+    page.wait_for_function(SEARCH_FINISHED, timeout=WAIT_MS)
     results = page.locator("#search-results ul.search li a")
-    results.first.wait_for(timeout=WAIT_MS)
     pages = [
         results.nth(i).get_attribute("href").split("?")[0].split("#")[0]
         for i in range(results.count())
