@@ -92,6 +92,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser-test: book  ## open every page of the book in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+	rm -rf _build/screenshots  # each run's own; the workers only add
 	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider \
 	  -n $(WORKERS)
 

@@ -15,6 +15,7 @@ Chromium is Debian's (``apt-get install chromium``), driven by the
 
 import functools
 import json
+import os
 import re
 import shutil
 import threading
@@ -64,6 +65,8 @@ def book_url() -> str:
     """The root URL of ``_build/html``, served on 127.0.0.1."""
     if not (HTML / "index.html").is_file():
         pytest.fail(f"no book in {HTML}: run `make book` first")
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # workers: make clears
+        shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # none from before
     handler = functools.partial(QuietHandler, directory=str(HTML))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
