@@ -108,18 +108,23 @@ def visit(browser_context, book_url):
 
     Every request to anything but the local site is blocked and recorded,
     web sockets included; so are console errors, uncaught exceptions and
-    files the local site does not have.
+    files the local site does not have. ``visit(path, typeset=False)``
+    also skips MathJax and the chart library, for the checks that read
+    only the page's structure: typesetting a chapter's maths costs more
+    than loading it.
     """
     pages = []
 
-    def open_page(path: str) -> Visit:
+    def open_page(path: str, *, typeset: bool = True) -> Visit:
         page = browser_context.new_page()
         pages.append(page)
         visit = Visit(page)
 
         def only_local(route):
             url = route.request.url
-            if url.startswith(book_url):
+            if not typeset and any(lib in url for lib in TYPESETTERS):
+                route.abort()
+            elif url.startswith(book_url):
                 route.continue_()
             else:
                 visit.outside.append(url)
@@ -192,6 +197,9 @@ SEARCH_FINISHED = """() => {
 }"""
 
 
+TYPESETTERS = ("/_static/mathjax/", "/_static/vega/")
+
+
 def still_wrong(page, script: str):
     """What ``script`` reports once it reports nothing, or after WAIT_MS."""
     try:
@@ -250,7 +258,7 @@ def hidden_code(chapter: str) -> list[str]:
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_hides_hidden_cells(visit, chapter):
-    page = visit(f"{chapter}.html").page
+    page = visit(f"{chapter}.html", typeset=False).page
     shown = {
         code.strip()
         for code in page.locator(".cell_input pre").all_inner_texts()
@@ -263,7 +271,7 @@ def test_chapter_hides_hidden_cells(visit, chapter):
 def test_chapter_links_to_its_neighbours(visit, book_url, chapter):
     """Previous/next point to the neighbours in reading order, and
     following "next", then "previous" there, comes back here."""
-    page = visit(f"{chapter}.html").page
+    page = visit(f"{chapter}.html", typeset=False).page
     where = READING_ORDER.index(chapter)
     before = READING_ORDER[where - 1] if where > 0 else None
     after = READING_ORDER[where + 1]
@@ -286,7 +294,7 @@ def test_chapter_links_to_its_neighbours(visit, book_url, chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_downloads(visit, book_url, chapter):
-    page = visit(f"{chapter}.html").page
+    page = visit(f"{chapter}.html", typeset=False).page
     for suffix in (".py", ".ipynb"):
         link = page.locator(f'a[href$="_sources/{chapter}{suffix}"]')
         assert link.count() == 1, f"no {suffix} in the download menu"
