@@ -787,3 +787,171 @@ assert time_exponent > 1.5, (time_exponent, lengths, fastest_s)
 #    $L = 1000$ and `chunk = 128`, and count its peak bytes as we did
 #    above: how does the memory now grow with $L$, and the time?
 #    Chapter 8 takes this idea further.
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Five exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+
+from transformer_lite import scaled_dot_product_attention
+from transformer_lite.classroom import expect, expect_close
+
+gen = torch.Generator().manual_seed(1)
+# (B, L, D): two sequences of five positions, in float64
+Q, K, V = (torch.randn(2, 5, 8, generator=gen, dtype=torch.float64)
+           for _ in range(3))  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 1.1: the scores (1 point)
+#
+# Write `attention_scores(Q, K)`, the matrix $QK^\top / \sqrt{d_k}$,
+# for inputs of shape $(B, L_q, d_k)$ and $(B, L_k, d_k)$. Its shape
+# is $(B, L_q, L_k)$.
+
+# %% tags=["solution", "hide-input"]
+def attention_scores(Q, K):
+    ### BEGIN SOLUTION
+    d_k = Q.size(-1)
+    return Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (B, Lq, Lk)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+_, want = scaled_dot_product_attention(Q, K, V)
+expect_close("attention_scores(Q, K).softmax(-1)",
+             attention_scores(Q, K).softmax(-1), want,
+             hint="divide the dot products by sqrt(d_k), the size of "
+             "the last axis")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 1.2: a softmax that never overflows (1 point)
+#
+# Write `stable_softmax(scores)`, the softmax along the last axis,
+# without `torch.softmax`: $e^{s_j} / \sum_k e^{s_k}$. Subtract each
+# row's largest score first: the result is the same, and no
+# $e^{1000}$ is ever computed.
+
+# %% tags=["solution", "hide-input"]
+def stable_softmax(scores):
+    ### BEGIN SOLUTION
+    shifted = scores - scores.amax(dim=-1, keepdim=True)
+    e = shifted.exp()
+    return e / e.sum(dim=-1, keepdim=True)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+big = torch.tensor([[1000.0, 999.0, 0.0], [-5.0, -5.0, -5.0]])
+expect_close("stable_softmax(big)", stable_softmax(big),
+             torch.softmax(big, dim=-1), atol=1e-6,
+             hint="exp(1000) is inf in float32: subtract each row's "
+             "maximum before exp")  # fmt: skip
+scores = torch.randn(3, 4, 6, generator=gen)
+expect_close("stable_softmax(scores)", stable_softmax(scores),
+             torch.softmax(scores, dim=-1),
+             hint="normalise along the last axis (dim=-1)")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 1.3: attention (1 point)
+#
+# Write `attention(Q, K, V)`, returning the output
+# $\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V$ of shape $(B, L_q, d_v)$,
+# from your two functions above.
+
+# %% tags=["solution", "hide-input"]
+def attention(Q, K, V):
+    ### BEGIN SOLUTION
+    weights = stable_softmax(attention_scores(Q, K))  # (B, Lq, Lk)
+    return weights @ V  # (B, Lq, Dv)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+want, _ = scaled_dot_product_attention(Q, K, V)
+expect_close("attention(Q, K, V)", attention(Q, K, V), want,
+             hint="the output is the weights times V, not V times "
+             "the weights")  # fmt: skip
+wide = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
+expect_close("attention(Q, K, wide)", attention(Q, K, wide),
+             scaled_dot_product_attention(Q, K, wide)[0],
+             hint="the values may have another width d_v than the "
+             "queries and keys")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 1.4: the two limits of temperature (1 point)
+#
+# Replace $\sqrt{d_k}$ by a temperature $\tau$ and write
+# `attention_at(Q, K, V, tau)`. Then write `hard_lookup(Q, K, V)`, the
+# limit as $\tau \to 0$: each query returns the value of its single
+# best-scoring key (take `argmax`; the inputs here have no ties). The
+# check also confirms that a very large $\tau$ averages all values.
+
+# %% tags=["solution", "hide-input"]
+def attention_at(Q, K, V, tau):
+    ### BEGIN SOLUTION
+    weights = torch.softmax(Q @ K.transpose(-2, -1) / tau, dim=-1)
+    return weights @ V  # (B, Lq, Dv)
+    ### END SOLUTION
+
+
+def hard_lookup(Q, K, V):
+    ### BEGIN SOLUTION
+    best = (Q @ K.transpose(-2, -1)).argmax(dim=-1)  # (B, Lq)
+    batch = torch.arange(V.size(0)).unsqueeze(1)  # (B, 1)
+    return V[batch, best]  # (B, Lq, Dv)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+expect_close("attention_at(Q, K, V, 1e-4)", attention_at(Q, K, V, 1e-4),
+             hard_lookup(Q, K, V), atol=1e-6,
+             hint="as tau shrinks, all the weight goes to the key with "
+             "the largest score: V[b, argmax]")  # fmt: skip
+mean = V.mean(dim=1, keepdim=True).expand_as(V)
+expect_close("attention_at(Q, K, V, 1e9)", attention_at(Q, K, V, 1e9),
+             mean, atol=1e-6,
+             hint="divide the scores by tau, then softmax")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 1.5: attention in chunks (2 points)
+#
+# Write `chunked_attention(Q, K, V, chunk)`: the same output as
+# `attention`, computed `chunk` query rows at a time and concatenated,
+# so that no more than a $(B, \mathit{chunk}, L_k)$ score matrix exists
+# at once. The check uses a length that `chunk` does not divide.
+
+# %% tags=["solution", "hide-input"]
+def chunked_attention(Q, K, V, chunk):
+    ### BEGIN SOLUTION
+    rows = [attention(Q[:, i : i + chunk], K, V)
+            for i in range(0, Q.size(1), chunk)]  # fmt: skip
+    return torch.cat(rows, dim=1)  # (B, Lq, Dv)
+    ### END SOLUTION
+
+
+# %% tags=["check", "points-2"]
+Ql, Kl, Vl = (torch.randn(2, 50, 8, generator=gen, dtype=torch.float64)
+              for _ in range(3))  # fmt: skip
+expect_close("chunked_attention(Q, K, V, 7)",
+             chunked_attention(Ql, Kl, Vl, 7),
+             scaled_dot_product_attention(Ql, Kl, Vl)[0],
+             hint="cut the queries, not the keys: every query must "
+             "still see every key; and keep the last, shorter "
+             "chunk")  # fmt: skip
+expect(chunked_attention(Ql, Kl, Vl, 64).shape == (2, 50, 8),
+       "a chunk longer than the sequence should give the whole "
+       "output in one piece")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 1
+# message: Hint: divide the dot products by sqrt(d_k)
+# def attention_scores(Q, K):
+#     return Q @ K.transpose(-2, -1)

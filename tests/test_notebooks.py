@@ -20,6 +20,12 @@ ALLOWED_TAGS = {
     "hide-input",
     "hide-output",
     "raises-exception",
+    # the graded exercises' roles (tools/assignments.py)
+    "exercise-setup",
+    "solution",
+    "check",
+    "planted",
+    *(f"points-{n}" for n in range(1, 6)),
 }
 
 
@@ -45,7 +51,9 @@ def test_chapter_has_pairing_header(path):
 
 
 CELL_MARKER = re.compile(r"^# %%(?P<rest>.*)$")
-CELL_HEADER = re.compile(r"^( \[markdown\])?( tags=\[(?P<tags>[^\]]*)\])?$")
+CELL_HEADER = re.compile(
+    r"^( \[(markdown|raw)\])?( tags=\[(?P<tags>[^\]]*)\])?$"
+)
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)

@@ -1,0 +1,130 @@
+"""The classroom edition: every chapter's graded exercises, as real
+nbgrader grades them. The instructor version (the reference solutions)
+scores full marks; the student edition, handed in untouched, scores zero
+without breaking the grader; and a planted wrong answer per chapter
+loses its exercise's points (and those of any exercise built on it),
+with the failure message its author wrote for that mistake."""
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import assignments  # noqa: E402 - tools/ is not a package
+
+pytest.importorskip("nbgrader")
+# CHAPTERS="01 03" grades those chapters only, while writing exercises
+CHAPTERS = assignments.chapters(os.environ.get("CHAPTERS", "").split())
+VERSIONS = ("instructor", "student", "planted")
+
+
+def test_every_chapter_has_five_graded_exercises_and_a_planted_error():
+    for path in CHAPTERS:
+        job = assignments.assignment(path)
+        assert job.exercises >= 5, f"{path.name}: {job.exercises} exercises"
+        assert job.planted is not None, f"{path.name}: no planted answer"
+
+
+def test_the_builder_explains_a_malformed_section(tmp_path):
+    chapter = tmp_path / "99_bad.py"
+    head = "# %% [markdown]\n# # 99. Bad\n\n# %% [markdown]\n"
+    section = head + "# ## Graded exercises\n\n"
+    chapter.write_text(section + '# %% tags=["solution"]\ndef f():\n  1\n')
+    with pytest.raises(ValueError, match="BEGIN SOLUTION"):
+        assignments.assignment(chapter)
+    chapter.write_text(section + '# %% tags=["check"]\nassert True\n')
+    with pytest.raises(ValueError, match="check before any solution"):
+        assignments.assignment(chapter)
+    chapter.write_text(head + "# ## Exercises\n")
+    with pytest.raises(ValueError, match="no '## Graded exercises'"):
+        assignments.assignment(chapter)
+
+
+def planted_version(job, source: Path) -> nbformat.NotebookNode:
+    """The instructor version with exercise K's solution replaced."""
+    notebook = nbformat.read(source, as_version=4)
+    wanted = f"{job.name}-ex{job.planted.exercise}"
+    cells = [c for c in notebook.cells
+             if c.metadata["nbgrader"]["grade_id"] == wanted]  # fmt: skip
+    assert len(cells) == 1
+    cells[0].source = job.planted.code
+    return notebook
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Build every assignment, hand in the three versions of each, and
+    autograde them all: {(chapter, version): (score, max, notebook)}."""
+    from nbgrader.api import Gradebook
+    from nbgrader.apps import NbGraderAPI
+
+    course = tmp_path_factory.mktemp("course")
+    jobs = assignments.build(CHAPTERS, course)
+    api = NbGraderAPI(config=assignments.course_config(course))
+    results = {}
+    for job in jobs:
+        source = course / "source" / job.name / f"{job.name}.ipynb"
+        release = course / "release" / job.name / f"{job.name}.ipynb"
+        for version in VERSIONS:
+            out = course / "submitted" / version / job.name
+            out.mkdir(parents=True)
+            target = out / f"{job.name}.ipynb"
+            if version == "instructor":
+                shutil.copy(source, target)
+            elif version == "student":
+                shutil.copy(release, target)
+            else:
+                nbformat.write(planted_version(job, source), target)
+            result = api.autograde(job.name, version, force=True, create=True)
+            assert result["success"], result["log"]
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        for job in jobs:
+            for version in VERSIONS:
+                sub = gradebook.find_submission(job.name, version)
+                path = course / "autograded" / version / job.name
+                notebook = nbformat.read(path / f"{job.name}.ipynb", 4)
+                scores = (sub.score, sub.max_score)
+                results[job.name, version] = (*scores, notebook, job)
+    return results
+
+
+def failures(notebook) -> dict[str, str]:
+    """{grade_id: error text} of every graded cell that raised."""
+    failed = {}
+    for cell in notebook.cells:
+        nbgrader = cell.metadata.get("nbgrader", {})
+        if cell.cell_type != "code" or not nbgrader.get("grade"):
+            continue
+        for output in cell.get("outputs", []):
+            if output.output_type == "error":
+                text = f"{output.ename}: {output.evalue}"
+                failed[nbgrader["grade_id"]] = text
+    return failed
+
+
+@pytest.mark.parametrize("chapter", [p.name for p in CHAPTERS])
+def test_nbgrader_scores_the_three_versions(graded, chapter):
+    name = "ch" + chapter[:2]
+    score, top, notebook, job = graded[name, "instructor"]
+    assert top == job.points > 0
+    assert score == top, failures(notebook)
+    score, _, notebook, _ = graded[name, "student"]
+    assert score == 0
+    assert all("NotImplementedError" in text or "NameError" in text
+               for text in failures(notebook).values())  # fmt: skip
+    score, _, notebook, _ = graded[name, "planted"]
+    failed = failures(notebook)
+    planted = f"{name}-ex{job.planted.exercise}-check"
+    mine = [text for gid, text in failed.items() if gid.startswith(planted)]
+    assert any(job.planted.message in text for text in mine), (
+        f"no check of exercise {job.planted.exercise} says "
+        f"{job.planted.message!r}: {failed}"
+    )  # a later exercise that builds on this one may fail too
+    graded = [cell.metadata.get("nbgrader", {}) for cell in notebook.cells]
+    lost = sum(g["points"] for g in graded if g.get("grade_id") in failed)
+    assert score == top - lost < top

@@ -1,0 +1,268 @@
+"""Build the classroom edition's assignments from the chapters (nbgrader).
+
+Every chapter ends with a section ``## Graded exercises``, authored once in
+its jupytext source and executed with the chapter (so nbval proves every
+reference solution passes its checks). Its cells have roles, given by tags:
+
+* ``exercise-setup``: code the exercises need (imports, small inputs);
+  read-only in the assignment.
+* untagged markdown: the statements; read-only.
+* ``solution``: the reference solution, a function whose body holds
+  ``### BEGIN SOLUTION`` ... ``### END SOLUTION``; nbgrader replaces that
+  region by a stub that raises ``NotImplementedError``. One per exercise,
+  numbered in order: exercise 1, 2, ...
+* ``check``: a graded check of the exercise above it, worth one point,
+  or N with a ``points-N`` tag; read-only.
+* ``planted``: a raw cell, never run nor shown, that holds a wrong answer
+  for the tests: a first line ``exercise: K``, a second line
+  ``message: TEXT`` (what the failed check must say), then the code
+  that replaces exercise K's solution cell. (jupytext writes a raw
+  cell's lines behind ``# ``.)
+
+This script cuts that section out of each chapter, writes it as an nbgrader
+source notebook with the metadata nbgrader reads, and has nbgrader generate
+the student edition (solutions removed):
+
+    _build/classroom/source/chNN/chNN.ipynb    instructor version
+    _build/classroom/release/chNN/chNN.ipynb   student edition
+
+Run: ``.venv/bin/python tools/assignments.py`` (``make assignments`` does);
+``--chapters 01 03`` builds some only.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+COURSE = ROOT / "_build" / "classroom"
+SECTION = "## Graded exercises"
+ROLES = ("exercise-setup", "solution", "check", "planted")
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+CONFIG = """c = get_config()  # noqa: F821 - nbgrader's config loader
+c.CourseDirectory.course_id = "transformer-lite"
+c.CourseDirectory.db_url = "sqlite:///gradebook.db"
+c.Execute.timeout = 120  # seconds per cell
+"""
+
+
+@dataclass
+class Planted:
+    """A wrong answer to one exercise and what its check must say."""
+
+    exercise: int  # 1-based
+    message: str
+    code: str
+
+
+@dataclass
+class Assignment:
+    """One chapter's graded exercises, as nbgrader source cells."""
+
+    name: str  # chNN
+    title: str  # the chapter's title
+    cells: list = field(default_factory=list)
+    points: int = 0
+    exercises: int = 0
+    planted: Planted | None = None
+
+
+def tags(cell) -> set[str]:
+    return set(cell.metadata.get("tags", []))
+
+
+def role(cell) -> str | None:
+    found = tags(cell) & set(ROLES)
+    if len(found) > 1:
+        raise ValueError(f"a cell has two roles {sorted(found)}: "
+                         f"{cell.source[:60]!r}")  # fmt: skip
+    return found.pop() if found else None
+
+
+def points(cell) -> int:
+    for tag in tags(cell):
+        if match := re.fullmatch(r"points-(\d+)", tag):
+            return int(match.group(1))
+    return 1
+
+
+def graded_section(path: Path) -> tuple[str, list]:
+    """The chapter's title and the cells of its graded section."""
+    notebook = jupytext.read(path)
+    title = notebook.cells[0].source.splitlines()[0].lstrip("# ").strip()
+    start = None
+    for i, cell in enumerate(notebook.cells):
+        first = cell.source.lstrip().splitlines()[:1]
+        heading = first[0].strip() if first else ""
+        if cell.cell_type != "markdown":
+            continue
+        if heading == SECTION:
+            start = i
+        elif start is not None and re.match(r"## \S", heading):
+            return title, notebook.cells[start:i]
+        elif start is not None and "\n## " in "\n" + cell.source:
+            raise ValueError(f"{path.name}: a heading inside a cell")
+    if start is None:
+        raise ValueError(f"{path.name}: no {SECTION!r} section")
+    return title, notebook.cells[start:]
+
+
+def meta(grade_id: str, **flags) -> dict:
+    nbgrader = dict(grade=False, locked=True, solution=False, task=False)
+    nbgrader.update(flags, grade_id=grade_id, schema_version=3)
+    return {"nbgrader": nbgrader}
+
+
+def parse_planted(source: str, path: Path) -> Planted:
+    lines = source.splitlines()
+    head = [re.fullmatch(r"(exercise|message): (.+)", x) for x in lines[:2]]
+    if not all(head) or [m.group(1) for m in head] != ["exercise", "message"]:
+        raise ValueError(f"{path.name}: a planted cell starts with "
+                         "'exercise: K' and 'message: TEXT'")  # fmt: skip
+    code = "\n".join(lines[2:]).strip() + "\n"
+    return Planted(int(head[0].group(2)), head[1].group(2).strip(), code)
+
+
+def assignment(path: Path) -> Assignment:
+    """Chapter ``path``'s graded section as an nbgrader source notebook."""
+    name = "ch" + path.name[:2]
+    title, cells = graded_section(path)
+    job = Assignment(name, title)
+    v4 = nbformat.v4
+    job.cells.append(v4.new_markdown_cell(
+        f"# {title}: graded exercises\n\n"
+        "Fill in every cell that says `YOUR CODE HERE` (delete the "
+        "`raise NotImplementedError()`), then run the notebook from the "
+        "top. Each check below an exercise tells you what is wrong, if "
+        "anything; the read-only cells cannot be changed.",
+        metadata=meta(f"{name}-title"),
+    ))  # fmt: skip
+    checks_of_last = None
+    for cell in cells:
+        kind = role(cell)
+        if kind == "planted":
+            if cell.cell_type != "raw" or job.planted is not None:
+                raise ValueError(f"{path.name}: one raw planted cell")
+            job.planted = parse_planted(cell.source, path)
+            continue
+        source = cell.source
+        if cell.cell_type == "markdown":
+            gid = f"{name}-text-{len(job.cells)}"
+            job.cells.append(v4.new_markdown_cell(source, metadata=meta(gid)))
+        elif kind == "solution":
+            if BEGIN not in source or END not in source:
+                raise ValueError(f"{path.name}: a solution cell needs "
+                                 f"{BEGIN!r} and {END!r}")  # fmt: skip
+            if checks_of_last == 0:
+                raise ValueError(f"{path.name}: exercise {job.exercises} "
+                                 "has no check")  # fmt: skip
+            job.exercises += 1
+            checks_of_last = 0
+            gid = f"{name}-ex{job.exercises}"
+            flags = dict(solution=True, locked=False)
+            job.cells.append(v4.new_code_cell(source, metadata=meta(gid,
+                                                                  **flags)))
+        elif kind == "check":
+            if checks_of_last is None:
+                raise ValueError(f"{path.name}: a check before any solution")
+            checks_of_last += 1
+            gid = f"{name}-ex{job.exercises}-check{checks_of_last}"
+            worth = points(cell)
+            job.points += worth
+            flags = dict(grade=True, points=worth)
+            job.cells.append(v4.new_code_cell(source, metadata=meta(gid,
+                                                                  **flags)))
+        else:  # exercise-setup, or any code the section shows
+            gid = f"{name}-code-{len(job.cells)}"
+            job.cells.append(v4.new_code_cell(source, metadata=meta(gid)))
+    if checks_of_last == 0:
+        raise ValueError(f"{path.name}: the last exercise has no check")
+    planted = job.planted
+    if planted is not None and not 1 <= planted.exercise <= job.exercises:
+        raise ValueError(f"{path.name}: planted exercise {planted.exercise} "
+                         f"of {job.exercises}")  # fmt: skip
+    return job
+
+
+def chapters(selected: list[str] | None = None) -> list[Path]:
+    paths = sorted(NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+    paths = [p for p in paths if not p.name.startswith("00")]
+    if selected:
+        paths = [p for p in paths if p.name[:2] in selected]
+    return paths
+
+
+def write_source(job: Assignment, course: Path) -> Path:
+    notebook = nbformat.v4.new_notebook(cells=job.cells)
+    notebook.metadata["kernelspec"] = {
+        "name": "python3", "display_name": "Python 3", "language": "python"
+    }  # fmt: skip
+    out = course / "source" / job.name / f"{job.name}.ipynb"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(notebook, out)
+    return out
+
+
+def build(paths: list[Path], course: Path = COURSE) -> list[Assignment]:
+    """Write every source notebook and generate the student edition."""
+    from nbgrader.apps import NbGraderAPI
+
+    jobs = [assignment(p) for p in paths]
+    shutil.rmtree(course / "source", ignore_errors=True)
+    shutil.rmtree(course / "release", ignore_errors=True)
+    course.mkdir(parents=True, exist_ok=True)
+    (course / "nbgrader_config.py").write_text(CONFIG)
+    for job in jobs:
+        write_source(job, course)
+    api = NbGraderAPI(config=course_config(course))
+    for job in jobs:
+        result = api.generate_assignment(job.name, force=True, create=True)
+        if not result["success"]:
+            raise RuntimeError(
+                f"nbgrader could not generate {job.name}:\n"
+                f"{result['error']}\n{result['log']}"
+            )
+    return jobs
+
+
+def course_config(course: Path):
+    """nbgrader's settings for the course folder ``course``. nbgrader
+    runs ``alembic`` (its database migrations) as a program: the
+    environment's own, even when the environment is not activated."""
+    from traitlets.config import Config
+
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.course_id = "transformer-lite"
+    config.CourseDirectory.db_url = f"sqlite:///{course / 'gradebook.db'}"
+    config.Execute.timeout = 120
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--chapters", nargs="*", help="e.g. 01 03")
+    parser.add_argument("--course", type=Path, default=COURSE)
+    args = parser.parse_args(argv)
+    jobs = build(chapters(args.chapters), args.course)
+    for job in jobs:
+        print(f"{job.name}: {job.exercises} exercises, {job.points} points "
+              f"-- {job.title}")  # fmt: skip
+    print(f"student edition: {args.course / 'release'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
