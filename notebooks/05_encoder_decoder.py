@@ -1299,3 +1299,296 @@ assert many_loss.item() > 1.05 * math.log(V)  # 1.10 or more in 20 seeds
 #    $k$ layers would be about $\sqrt{1 + k r^2}$. Estimate $r$ from the
 #    first layer and see how well the rule predicts the 48th. Then apply
 #    the final LayerNorm and check its output's RMS.
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Six exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+# Every layer here is in eval mode with dropout 0, and every value is
+# float64, so the checks compare to round-off.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+import torch.nn.functional as F
+
+from transformer_lite import (
+    DecoderLayer,
+    EncoderLayer,
+    FeedForward,
+    TransformerConfig,
+    make_model,
+    padding_mask,
+    target_mask,
+)
+from transformer_lite.classroom import expect_close, expect_equal
+
+torch.manual_seed(5)  # the layers' initial weights
+gen = torch.Generator().manual_seed(5)  # the inputs
+C, H, D_FF, V = 16, 4, 32, 11  # d_model, heads, d_ff, vocabulary
+PAD = 0  # the padding id
+src = torch.tensor([[3, 4, 5, 6, 7],
+                    [3, 4, 5, PAD, PAD]])  # (B, S)
+tgt = torch.tensor([[1, 5, 6, 2],
+                    [1, 7, PAD, PAD]])  # (B, T)
+src_mask = padding_mask(src, PAD)  # (B, 1, S)
+tgt_mask = target_mask(tgt, PAD)  # (B, T, T)
+x_src = torch.randn(2, 5, C, generator=gen, dtype=torch.float64)  # (B, S, C)
+x_tgt = torch.randn(2, 4, C, generator=gen, dtype=torch.float64)  # (B, T, C)
+
+# %% [markdown]
+# ### Exercise 5.1: the feed-forward network (1 point)
+#
+# Write `feed_forward(x, W_1, b_1, W_2, b_2)`, the position-wise network
+# $\max(0,\, x W_1 + b_1)\, W_2 + b_2$ for $x$ of shape $(B, L, C)$,
+# with $W_1$ of shape $(C, d_{ff})$ and $W_2$ of shape $(d_{ff}, C)$ as
+# in the formula. (`nn.Linear` stores the transposes: the check passes
+# `w_1.weight.T`.)
+
+# %% tags=["solution", "hide-input"]
+def feed_forward(x, W_1, b_1, W_2, b_2):
+    ### BEGIN SOLUTION
+    hidden = torch.relu(x @ W_1 + b_1)  # (B, L, d_ff)
+    return hidden @ W_2 + b_2  # (B, L, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+ffn = FeedForward(C, D_FF, dropout=0.0).double().eval()
+with torch.no_grad():
+    expect_close("feed_forward(x, ...)",
+                 feed_forward(x_src, ffn.w_1.weight.T, ffn.w_1.bias,
+                              ffn.w_2.weight.T, ffn.w_2.bias),
+                 ffn(x_src),
+                 hint="the ReLU acts on the hidden layer x W_1 + b_1 "
+                 "(bias included), and the output layer has "
+                 "none")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 5.2: LayerNorm (2 points)
+#
+# Write `layer_norm(x, gamma, beta, eps=1e-5)`, which normalises the
+# last axis of $x$ as `nn.LayerNorm` does:
+# $\gamma \odot (x - \mu) / \sqrt{\sigma^2 + \epsilon} + \beta$, where
+# $\mu$ and $\sigma^2$ are the mean and the *biased* variance of the
+# $C$ entries (divided by $C$). Do not call `F.layer_norm`.
+
+# %% tags=["solution", "hide-input"]
+def layer_norm(x, gamma, beta, eps=1e-5):
+    ### BEGIN SOLUTION
+    mu = x.mean(dim=-1, keepdim=True)  # (..., 1)
+    var = (x - mu).pow(2).mean(dim=-1, keepdim=True)  # (..., 1), biased
+    return gamma * (x - mu) / torch.sqrt(var + eps) + beta
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+gamma = 1 + 0.1 * torch.randn(C, generator=gen, dtype=torch.float64)
+beta = 0.1 * torch.randn(C, generator=gen, dtype=torch.float64)
+expect_close("layer_norm(x, gamma, beta)", layer_norm(x_src, gamma, beta),
+             F.layer_norm(x_src, (C,), gamma, beta, eps=1e-5),
+             hint="the variance divides by C, not C - 1: "
+             "x.var(-1, unbiased=False), or the mean of the squared "
+             "deviations")  # fmt: skip
+
+# %% tags=["check"]
+flat = 1 + 1e-3 * torch.randn(3, C, generator=gen, dtype=torch.float64)
+ones = torch.ones(C, dtype=torch.float64)
+zeros = torch.zeros(C, dtype=torch.float64)
+expect_close("layer_norm(flat, 1, 0)", layer_norm(flat, ones, zeros),
+             F.layer_norm(flat, (C,), eps=1e-5),
+             hint="epsilon is added to the variance, inside the square "
+             "root: sqrt(var + eps), not sqrt(var) + eps")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 5.3: an encoder layer from its parts (2 points)
+#
+# Write `encoder_layer(layer, x, mask)`, the output of the
+# `EncoderLayer` `layer` for $x$ of shape $(B, S, C)$ and a source mask
+# $(B, 1, S)$, computed from its modules: `layer.self_attn(q, k, v,
+# mask)`, `layer.feed_forward`, `layer.norm1` and `layer.norm2`. Wrap
+# each of the two sublayers $f$ as `layer.norm_first` says: post-LN
+# (False) $x \leftarrow \mathrm{LN}(x + f(x))$, pre-LN (True)
+# $x \leftarrow x + f(\mathrm{LN}(x))$. Do not call `layer` itself or
+# its methods. (Dropout is off: ignore `layer.dropout1` and
+# `layer.dropout2`.)
+
+# %% tags=["solution", "hide-input"]
+def encoder_layer(layer, x, mask):
+    ### BEGIN SOLUTION
+    def attend(h):
+        return layer.self_attn(h, h, h, mask)  # (B, S, C)
+
+    for f, norm in ((attend, layer.norm1),
+                    (layer.feed_forward, layer.norm2)):
+        if layer.norm_first:
+            x = x + f(norm(x))  # (B, S, C)
+        else:
+            x = norm(x + f(x))  # (B, S, C)
+    return x
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+post = EncoderLayer(C, H, D_FF, dropout=0.0).double().eval()
+with torch.no_grad():
+    expect_close("encoder_layer(post-LN layer, x, mask)",
+                 encoder_layer(post, x_src, src_mask),
+                 post(x_src, src_mask),
+                 hint="post-LN normalises the sum: x = norm1(x + "
+                 "self_attn(x, x, x, mask)), then x = norm2(x + "
+                 "feed_forward(x))")  # fmt: skip
+
+# %% tags=["check"]
+pre = EncoderLayer(C, H, D_FF, dropout=0.0, norm_first=True)
+pre = pre.double().eval()
+with torch.no_grad():
+    expect_close("encoder_layer(pre-LN layer, x, mask)",
+                 encoder_layer(pre, x_src, src_mask),
+                 pre(x_src, src_mask),
+                 hint="pre-LN normalises only the sublayer's input: "
+                 "h = norm1(x), x = x + self_attn(h, h, h, mask); "
+                 "nothing normalises the sum")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 5.4: a decoder layer from its parts (2 points)
+#
+# Write `decoder_layer(layer, x, memory, src_mask, tgt_mask)` for the
+# `DecoderLayer` `layer`, in the same way: three sublayers, each wrapped
+# as `layer.norm_first` says, with `layer.norm1`, `layer.norm2` and
+# `layer.norm3` in turn:
+#
+# 1. masked self-attention, `layer.self_attn`, under `tgt_mask`
+#    $(B, T, T)$;
+# 2. cross-attention, `layer.cross_attn`: queries from the decoder,
+#    keys and values from `memory` $(B, S, C)$, under `src_mask`
+#    $(B, 1, S)$;
+# 3. the feed-forward network, `layer.feed_forward`.
+
+# %% tags=["solution", "hide-input"]
+def decoder_layer(layer, x, memory, src_mask, tgt_mask):
+    ### BEGIN SOLUTION
+    def attend(h):
+        return layer.self_attn(h, h, h, tgt_mask)  # (B, T, C)
+
+    def cross(h):
+        return layer.cross_attn(h, memory, memory, src_mask)  # (B, T, C)
+
+    sublayers = ((attend, layer.norm1), (cross, layer.norm2),
+                 (layer.feed_forward, layer.norm3))  # fmt: skip
+    for f, norm in sublayers:
+        if layer.norm_first:
+            x = x + f(norm(x))  # (B, T, C)
+        else:
+            x = norm(x + f(x))  # (B, T, C)
+    return x
+    ### END SOLUTION
+
+
+# %% tags=["check", "points-2"]
+for norm_first in (False, True):
+    dec = DecoderLayer(C, H, D_FF, dropout=0.0, norm_first=norm_first)
+    dec = dec.double().eval()
+    with torch.no_grad():
+        expect_close(f"decoder_layer(norm_first={norm_first})",
+                     decoder_layer(dec, x_tgt, x_src, src_mask, tgt_mask),
+                     dec(x_tgt, x_src, src_mask, tgt_mask),
+                     hint="cross-attention takes its queries from the "
+                     "decoder and its keys and values from the memory, "
+                     "cross_attn(h, memory, memory, src_mask); "
+                     "self-attention uses tgt_mask")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 5.5: the embeddings (1 point)
+#
+# Write `embed(tokens, E, pe)`: token ids of shape $(B, L)$, an
+# embedding table $E$ of shape $(V, C)$ and a positional table `pe` of
+# shape $(\mathit{max\_len}, C)$ give
+# $\sqrt{C}\; E[\mathrm{token}_t] + PE_t$ for $t = 0, \dots, L-1$,
+# of shape $(B, L, C)$.
+
+# %% tags=["solution", "hide-input"]
+def embed(tokens, E, pe):
+    ### BEGIN SOLUTION
+    C = E.size(1)
+    x = E[tokens] * math.sqrt(C)  # (B, L, C)
+    return x + pe[: tokens.size(1)]  # (B, L, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+model = make_model(V, V, n_layers=1, d_model=C, d_ff=D_FF, n_heads=H,
+                   dropout=0.0).double().eval()  # fmt: skip
+with torch.no_grad():
+    expect_close("embed(src, E, pe)",
+                 embed(src, model.src_embed.weight, model.positional.table),
+                 model.embed(src, model.src_embed),
+                 hint="multiply the rows of E by sqrt(d_model), "
+                 "C = E.size(1), then add the first L rows of "
+                 "pe")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 5.6: counting parameters (2 points)
+#
+# Write `n_parameters(V_src, V_tgt, N, C, d_ff, tie=False,
+# norm_first=False)`, the number of trainable parameters of
+# `make_model(V_src, V_tgt, n_layers=N, d_model=C, d_ff=d_ff,
+# tie_embeddings=tie, norm_first=norm_first)`, from the sizes alone.
+# Untied, the model has a source and a target embedding table and an
+# output layer with its own weight and bias; tied (then
+# $V_{src} = V_{tgt}$), one $V \times C$ matrix serves all three and the
+# output layer keeps its bias. The sinusoidal positions learn nothing.
+# Do not build a model.
+
+# %% tags=["solution", "hide-input"]
+def n_parameters(V_src, V_tgt, N, C, d_ff, tie=False, norm_first=False):
+    ### BEGIN SOLUTION
+    attention = 4 * (C * C + C)  # W^Q, W^K, W^V, W^O and their biases
+    ffn = 2 * C * d_ff + d_ff + C  # W_1, b_1, W_2, b_2
+    norm = 2 * C  # gamma and beta
+    encoder = N * (attention + ffn + 2 * norm)
+    decoder = N * (2 * attention + ffn + 3 * norm)
+    final_norms = 2 * norm if norm_first else 0
+    if tie:
+        tables = V_src * C + V_tgt  # one matrix, and the output bias
+    else:
+        tables = (V_src + V_tgt) * C + V_tgt * C + V_tgt
+    return encoder + decoder + final_norms + tables
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+small = make_model(13, 17, n_layers=2, d_model=8, d_ff=12, n_heads=2)
+expect_equal("n_parameters(13, 17, 2, 8, 12)",
+             n_parameters(13, 17, 2, 8, 12), small.count_parameters(),
+             hint="an encoder layer holds one attention (four C x C "
+             "matrices with biases), a feed-forward network and two "
+             "LayerNorms of 2C each; a decoder layer two attentions "
+             "and three LayerNorms")  # fmt: skip
+
+# %% tags=["check"]
+for args in ((37_000, 37_000, 6, 512, 2048, True, False),
+             (8000, 6000, 6, 512, 2048, False, True),
+             (50, 50, 3, 64, 96, True, True)):  # fmt: skip
+    V_src, V_tgt, N, d_model, d_ff, tie, norm_first = args
+    config = TransformerConfig(V_src, V_tgt, n_layers=N, d_model=d_model,
+                               d_ff=d_ff, n_heads=8, tie_embeddings=tie,
+                               norm_first=norm_first)  # fmt: skip
+    expect_equal(f"n_parameters{args}", n_parameters(*args),
+                 config.n_parameters(),
+                 hint="tied, one V x C matrix serves both embeddings "
+                 "and the output weight, which keeps its own bias of "
+                 "V; pre-LN adds a final LayerNorm to each "
+                 "stack")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 2
+# message: Hint: the variance divides by C, not C - 1
+# def layer_norm(x, gamma, beta, eps=1e-5):
+#     mu = x.mean(dim=-1, keepdim=True)
+#     var = x.var(dim=-1, keepdim=True)
+#     return gamma * (x - mu) / torch.sqrt(var + eps) + beta

@@ -1127,3 +1127,359 @@ checkpoint_dir.cleanup()
 #    (`small_embeddings=True`), then at other learning rates (`PEAK`)
 #    and with other seeds (`BOOK_SEED`). Which of the five statements
 #    of the reading survive every run? Which one is the first to fail?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Seven exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+# They use the special ids `PAD_ID`, `BOS_ID` and `EOS_ID` and a
+# vocabulary of $V = 11$; the models are tiny and untrained, and no
+# exercise trains for more than one step.
+
+# %% tags=["exercise-setup"]
+import torch
+from torch import nn
+
+from transformer_lite import Transformer, TransformerConfig
+from transformer_lite.classroom import expect_close, expect_equal
+from transformer_lite.decoding import greedy_decode
+from transformer_lite.tasks.copy_task import copy_task_sequences
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
+from transformer_lite.training import (
+    Batch,
+    LabelSmoothingLoss,
+    noam_lr,
+    train_step,
+)
+
+V = 11  # PAD, BOS, EOS and the symbols 3..10
+gen = torch.Generator().manual_seed(6)
+# Three copy-task sequences: BOS, symbols, EOS, then padding.
+seqs = torch.tensor([[BOS_ID, 5, 7, 3, EOS_ID, PAD_ID],
+                     [BOS_ID, 9, EOS_ID, PAD_ID, PAD_ID, PAD_ID],
+                     [BOS_ID, 4, 4, 8, 6, EOS_ID]])  # (B, L)
+
+
+def tiny_model(seed: int) -> nn.Module:
+    """An untrained copy model: one layer per stack, float64, no
+    dropout. The same seed gives the same weights."""
+    torch.manual_seed(seed)
+    config = TransformerConfig(V, V, n_layers=1, d_model=16, d_ff=32,
+                               n_heads=2, dropout=0.0)  # fmt: skip
+    return Transformer(config).double()
+
+
+# %% [markdown]
+# ### Exercise 6.1: teacher forcing (1 point)
+#
+# Write `teacher_forcing(tgt, pad_id)`. For targets `tgt` of shape
+# $(B, T+1)$ it returns `(tgt_in, tgt_out, n_tokens)`: what the decoder
+# reads, what it must predict at each position (both $(B, T)$), and the
+# number of those predictions that count, the non-padding entries of
+# `tgt_out` (an `int`).
+
+# %% tags=["solution", "hide-input"]
+def teacher_forcing(tgt, pad_id):
+    ### BEGIN SOLUTION
+    tgt_in, tgt_out = tgt[:, :-1], tgt[:, 1:]  # (B, T), (B, T)
+    return tgt_in, tgt_out, int((tgt_out != pad_id).sum())
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+batch = Batch(seqs, seqs, PAD_ID)
+tgt_in, tgt_out, n_tokens = teacher_forcing(seqs, PAD_ID)
+expect_equal("tgt_in", tgt_in, batch.tgt_in,
+             hint="the decoder reads the target without its last token, "
+             "starting with BOS")  # fmt: skip
+expect_equal("tgt_out", tgt_out, batch.tgt_out,
+             hint="position t predicts the token after the one it "
+             "reads: the target without its first token")  # fmt: skip
+expect_equal("n_tokens", n_tokens, batch.n_tokens,
+             hint="count the non-padding tokens of tgt_out: BOS is "
+             "never predicted")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 6.2: the smoothed target (2 points)
+#
+# Write `smoothed_targets(targets, V, pad_id, eps)`: for target ids of
+# any shape $(\dots)$, the float64 distributions $q$ of shape
+# $(\dots, V)$ with
+# $q_k = (1 - \varepsilon)\,[k = y] + \varepsilon / V$ (the spread
+# `"all"`), except that a position whose target $y$ is `pad_id` gets a
+# row of zeros.
+
+# %% tags=["solution", "hide-input"]
+def smoothed_targets(targets, V, pad_id, eps):
+    ### BEGIN SOLUTION
+    one_hot = nn.functional.one_hot(targets, V).double()  # (..., V)
+    q = (1 - eps) * one_hot + eps / V  # (..., V)
+    return q * (targets != pad_id).unsqueeze(-1)  # (..., V)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+ids = torch.tensor([[3, 7, EOS_ID], [10, 4, 4]])  # (B, T), no padding
+reference = LabelSmoothingLoss(V, PAD_ID, 0.1)
+expect_close("smoothed_targets(ids, V, PAD_ID, 0.1)",
+             smoothed_targets(ids, V, PAD_ID, 0.1),
+             reference.smoothed_targets(ids, torch.float64),
+             hint="the true token keeps 1 - eps and also gets its share "
+             "eps / V, like every other token")  # fmt: skip
+
+# %% tags=["check"]
+expect_close("smoothed_targets(tgt_out, V, PAD_ID, 0.1)",
+             smoothed_targets(batch.tgt_out, V, PAD_ID, 0.1),
+             reference.smoothed_targets(batch.tgt_out, torch.float64),
+             hint="a position whose target is padding gets an all-zero "
+             "row: it adds nothing to the loss")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 6.3: the label-smoothed loss (2 points)
+#
+# Write `smoothed_loss(logits, targets, pad_id, eps)`: for logits
+# $(B, T, V)$ and targets $(B, T)$, the loss
+# $-\sum_k q_k \log p_k$ of each position, averaged over the positions
+# whose target is not padding; a 0-dim tensor. Compute it from the
+# logits, so that it stays finite when a softmax in float32 would round
+# a probability to 0.
+
+# %% tags=["solution", "hide-input"]
+def smoothed_loss(logits, targets, pad_id, eps):
+    ### BEGIN SOLUTION
+    V = logits.size(-1)
+    log_p = logits.double().log_softmax(dim=-1)  # (B, T, V)
+    q = smoothed_targets(targets, V, pad_id, eps)  # (B, T, V)
+    per_position = -(q * log_p).sum(dim=-1)  # (B, T)
+    return per_position.sum() / (targets != pad_id).sum()
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+logits = 3 * torch.randn(3, 5, V, generator=gen, dtype=torch.float64)
+expect_close("smoothed_loss(logits, tgt_out, PAD_ID, 0.1)",
+             smoothed_loss(logits, batch.tgt_out, PAD_ID, 0.1),
+             nn.CrossEntropyLoss(label_smoothing=0.1, ignore_index=PAD_ID)(
+                 logits.reshape(-1, V), batch.tgt_out.reshape(-1)),
+             hint="average over the positions whose target is not "
+             "padding: divide by their number, not by B * T")  # fmt: skip
+
+# %% tags=["check"]
+sure = torch.zeros(1, 1, V)  # (B, T, V), float32
+sure[0, 0, 3] = 120.0  # softmax rounds every other probability to 0
+right = torch.tensor([[3]])  # (B, T)
+expect_close("smoothed_loss(sure, right, PAD_ID, 0.1)",
+             smoothed_loss(sure, right, PAD_ID, 0.1),
+             LabelSmoothingLoss(V, PAD_ID, 0.1)(sure, right), rtol=1e-4,
+             hint="take log_softmax of the logits; the log of a softmax "
+             "that rounded to 0 is -inf")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 6.4: the Noam schedule (1 point)
+#
+# Write `noam(step, d_model, warmup, factor=1.0)`, the learning rate
+# $\mathit{factor} \cdot d_{model}^{-0.5}
+# \min(\mathit{step}^{-0.5},\; \mathit{step} \cdot
+# \mathit{warmup}^{-1.5})$ as a float, where step 0 counts as step 1
+# (PyTorch's scheduler asks for it before the first step).
+
+# %% tags=["solution", "hide-input"]
+def noam(step, d_model, warmup, factor=1.0):
+    ### BEGIN SOLUTION
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+steps = range(0, 41)
+expect_close("noam(step, 64, 8, 2.0) for steps 0..40",
+             torch.tensor([noam(s, 64, 8, 2.0) for s in steps],
+                          dtype=torch.float64),
+             torch.tensor([noam_lr(s, 64, 8, 2.0) for s in steps],
+                          dtype=torch.float64),
+             hint="warm up linearly, step * warmup**-1.5, then decay "
+             "as step**-0.5: the smaller of the two; step 0 is step "
+             "1")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 6.5: gradient clipping (2 points)
+#
+# Write `clip_gradients(parameters, max_norm)`. The norm of the whole
+# gradient is $\lVert g \rVert$, over every entry of every parameter's
+# `.grad` together. If it exceeds `max_norm`, multiply every gradient,
+# in place, by $\mathit{max\_norm} / \lVert g \rVert$; otherwise leave
+# them alone. Return $\lVert g \rVert$ as measured before clipping.
+
+# %% tags=["solution", "hide-input"]
+def clip_gradients(parameters, max_norm):
+    ### BEGIN SOLUTION
+    grads = [p.grad for p in parameters if p.grad is not None]
+    norm = torch.cat([g.flatten() for g in grads]).norm()
+    if norm > max_norm:
+        for g in grads:
+            g.mul_(max_norm / norm)
+    return norm
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+def gradients_pair(scale: float) -> tuple[list, list]:
+    """Two identical lists of parameters with gradients of norm about
+    `scale`."""
+    shapes = [(3, 4), (5,), (2, 2, 2)]
+    grads = [scale / 5 * torch.randn(s, generator=gen, dtype=torch.float64)
+             for s in shapes]  # fmt: skip
+    twins = []
+    for _ in range(2):
+        params = [nn.Parameter(torch.zeros_like(g)) for g in grads]
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g.clone()
+        twins.append(params)
+    return twins[0], twins[1]
+
+
+mine, torchs = gradients_pair(10.0)
+norm = clip_gradients(mine, 1.0)
+want = nn.utils.clip_grad_norm_(torchs, 1.0)
+expect_close("the returned norm", torch.as_tensor(norm), want,
+             hint="one norm for all the gradients together: the square "
+             "root of the sum of every squared entry")  # fmt: skip
+expect_close("the clipped gradients",
+             torch.cat([p.grad.flatten() for p in mine]),
+             torch.cat([p.grad.flatten() for p in torchs]),
+             hint="scale every gradient by max_norm / norm, in place "
+             "(p.grad.mul_), so that the new norm is max_norm")  # fmt: skip
+
+# %% tags=["check"]
+mine, torchs = gradients_pair(0.1)
+clip_gradients(mine, 1.0)
+expect_close("gradients below max_norm",
+             torch.cat([p.grad.flatten() for p in mine]),
+             torch.cat([p.grad.flatten() for p in torchs]),
+             hint="only shrink: a gradient whose norm is at most "
+             "max_norm stays as it is")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 6.6: one step over accumulated pieces (2 points)
+#
+# Write `accumulated_step(model, batches, loss_fn, optimizer,
+# clip_norm)`: one optimizer step on a list of `Batch` pieces, equal to
+# one step on a single batch holding them all. `loss_fn(logits,
+# targets)` returns the **sum** of the token losses of a piece. Zero the
+# gradients; for each piece run the model with teacher forcing,
+# `model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)`, and backpropagate
+# its summed loss divided by $N$, the target tokens of *all* the pieces;
+# then clip the gradient norm to `clip_norm` (unless it is `None`) and
+# step the optimizer. Return the mean loss per target token, a float.
+
+# %% tags=["solution", "hide-input"]
+def accumulated_step(model, batches, loss_fn, optimizer, clip_norm):
+    ### BEGIN SOLUTION
+    N = sum(b.n_tokens for b in batches)
+    optimizer.zero_grad()
+    total = 0.0
+    for b in batches:
+        logits = model(b.src, b.tgt_in, b.src_mask, b.tgt_mask)  # (B, T, V)
+        loss_sum = loss_fn(logits, b.tgt_out)
+        (loss_sum / N).backward()
+        total += loss_sum.item()
+    if clip_norm is not None:
+        clip_gradients(list(model.parameters()), clip_norm)
+    optimizer.step()
+    return total / N
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+sequences = copy_task_sequences(24, 6, V, gen, min_len=1)  # (N, L)
+pieces = [Batch(x, x, PAD_ID) for x in sequences.split(8)]
+sum_loss = LabelSmoothingLoss(V, PAD_ID, 0.1, reduction="sum")
+
+
+def twin_steps(clip_norm):
+    """One step of accumulated_step and one of train_step, on twins."""
+    mine, theirs = tiny_model(61), tiny_model(61)
+    loss = accumulated_step(mine, pieces, sum_loss,
+                            torch.optim.SGD(mine.parameters(), lr=0.5),
+                            clip_norm)  # fmt: skip
+    want = train_step(theirs, pieces, sum_loss,
+                      torch.optim.SGD(theirs.parameters(), lr=0.5),
+                      clip_norm=clip_norm)  # fmt: skip
+    weights = [torch.cat([p.detach().flatten() for p in m.parameters()])
+               for m in (mine, theirs)]  # fmt: skip
+    return loss, want, weights
+
+
+loss, want, (w_mine, w_theirs) = twin_steps(None)
+expect_close("the returned loss", torch.tensor(float(loss)),
+             torch.tensor(want),
+             hint="add the pieces' summed losses and divide by N, the "
+             "target tokens of all the pieces")  # fmt: skip
+expect_close("the weights after the step", w_mine, w_theirs,
+             hint="weight each piece by its tokens: backpropagate "
+             "loss_sum / N with one N for all pieces, not the mean of "
+             "the pieces' means")  # fmt: skip
+
+# %% tags=["check"]
+_, _, (w_mine, w_theirs) = twin_steps(0.05)
+expect_close("the weights after a clipped step", w_mine, w_theirs,
+             hint="clip the whole gradient after the last piece's "
+             "backward pass, before the optimizer steps")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 6.7: greedy decoding (2 points)
+#
+# Write `greedy(model, src, max_len)` for a `Transformer` and source ids
+# $(B, S)$, padded with `PAD_ID`. Encode the source once,
+# `model.encode(src, src_mask)`, with the padding mask
+# `src_mask = (src != PAD_ID).unsqueeze(1)` of shape $(B, 1, S)$. Every
+# output starts with `BOS_ID`; each step appends, to every row, the
+# most probable next token: the argmax of
+# `model.generator(hidden[:, -1])`, where
+# `hidden = model.decode(memory, src_mask, ys)`. A row that has written
+# `EOS_ID` is finished and gets `PAD_ID` from then on. Stop when every
+# row has finished or the outputs are `max_len` tokens long, and return
+# them, $(B, L)$ with $L \le \mathit{max\_len}$.
+
+# %% tags=["solution", "hide-input"]
+def greedy(model, src, max_len):
+    ### BEGIN SOLUTION
+    src_mask = (src != PAD_ID).unsqueeze(1)  # (B, 1, S)
+    B = src.size(0)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)  # (B, S, C)
+        ys = torch.full((B, 1), BOS_ID)  # (B, 1)
+        finished = torch.zeros(B, dtype=torch.bool)
+        while ys.size(1) < max_len and not finished.all():
+            hidden = model.decode(memory, src_mask, ys)  # (B, L, C)
+            token = model.generator(hidden[:, -1]).argmax(dim=-1)  # (B,)
+            token = token.masked_fill(finished, PAD_ID)
+            finished |= token == EOS_ID
+            ys = torch.cat([ys, token.unsqueeze(1)], dim=1)  # (B, L + 1)
+    return ys
+    ### END SOLUTION
+
+
+# %% tags=["check", "points-2"]
+model = tiny_model(6).eval()
+sources = copy_task_sequences(6, 5, V, 6, min_len=1)  # (B, S)
+for rows, max_len in ((range(6), 10), ([0, 1, 3, 4, 5], 10), (range(6), 3)):
+    src = sources[list(rows)]
+    want = greedy_decode(model, src, max_len=max_len, bos_id=BOS_ID,
+                         eos_id=EOS_ID)  # fmt: skip
+    expect_equal(f"greedy(model, sources[{list(rows)}], {max_len})",
+                 greedy(model, src, max_len), want,
+                 hint="after a row's EOS write PAD_ID, and stop as soon "
+                 "as every row has written EOS or the outputs are "
+                 "max_len long (BOS included)")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 2
+# message: Hint: a position whose target is padding gets an all-zero row
+# def smoothed_targets(targets, V, pad_id, eps):
+#     one_hot = nn.functional.one_hot(targets, V).double()
+#     return (1 - eps) * one_hot + eps / V

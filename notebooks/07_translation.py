@@ -1078,3 +1078,456 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 #    `length_penalty` 0, 0.6 and 2. Count the outputs that are shorter
 #    and longer than their reference in each case, and find an example
 #    where $\alpha = 0$ gives a wrong, shorter output.
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Six exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+# None of them trains a translator: they rebuild the pieces around
+# one, from the number words to the tokenizer, the score and the
+# search, each on inputs small enough to follow by hand.
+
+# %% tags=["exercise-setup"]
+import collections
+import json
+import math
+
+import sacrebleu
+import torch
+
+from transformer_lite import Transformer, TransformerConfig
+from transformer_lite.classroom import expect_close, expect_equal
+from transformer_lite.decoding import beam_search, gnmt_length_penalty
+from transformer_lite.tasks.metrics import bleu
+from transformer_lite.tasks.numbers import number_words
+from transformer_lite.tasks.tokenizer import SubwordTokenizer
+from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
+
+# German number words: 0 to 19, and the tens by their digit (2 to 9).
+ONES_DE = ["null", "eins", "zwei", "drei", "vier", "fünf", "sechs",
+           "sieben", "acht", "neun", "zehn", "elf", "zwölf", "dreizehn",
+           "vierzehn", "fünfzehn", "sechzehn", "siebzehn", "achtzehn",
+           "neunzehn"]  # fmt: skip
+TENS_DE = ["", "zehn", "zwanzig", "dreißig", "vierzig", "fünfzig",
+           "sechzig", "siebzig", "achtzig", "neunzig"]  # fmt: skip
+
+# A BPE corpus: each German number below 100 is one word, a tuple of
+# symbols (at first its characters), with the tokenizer's "▁" in front.
+TEXTS = [number_words(n, "de") for n in range(1, 100)]
+WORDS = collections.Counter(tuple("▁" + text) for text in TEXTS)
+
+# Outputs of an imagined translator, and their references.
+REFS = ["four hundred and twenty-one", "ninety-seven",
+        "three hundred and twelve", "five",
+        "eight hundred thousand and forty-seven", "one hundred and one"]
+HYPS = ["four hundred and twenty-one", "ninety-seven",
+        "three hundred and twelve thousand and twelve",
+        "five hundred and five",
+        "eight hundred and forty-seven thousand and forty-seven",
+        "one hundred and one hundred and one"]  # fmt: skip
+SHORT = ["four hundred", "ninety-seven", "three hundred and twelve",
+         "five", "eight hundred thousand and forty-seven",
+         "one hundred"]  # fmt: skip
+
+# An untrained model to search with (float64, no dropout). Like a
+# trained one, it never writes PAD_ID or BOS_ID.
+V = 12
+torch.manual_seed(2)
+config = TransformerConfig(V, V, n_layers=1, d_model=16, d_ff=32,
+                           n_heads=2, dropout=0.0)  # fmt: skip
+model = Transformer(config).double().eval()
+with torch.no_grad():
+    model.generator.bias[[PAD_ID, BOS_ID]] -= 30.0
+sources = torch.randint(3, V, (3, 5),
+                        generator=torch.Generator().manual_seed(7))  # (B, S)
+
+# %% [markdown]
+# ### Exercise 7.1: German number words (2 points)
+#
+# Write `german(n)` for $0 \le n < 1000$: the German words for $n$,
+# exactly as `number_words(n, "de")` writes them, built from the tables
+# `ONES_DE` and `TENS_DE` of the setup. Below 20, the table says it. A
+# multiple of ten is its tens word. Any other number below 100 says its
+# unit first, then *und*, then the tens: 97 is *siebenundneunzig*, and
+# the unit 1 is *ein* there (*einundzwanzig*), not *eins*. From 100 on,
+# the hundreds digit comes first (1 as *ein*), then *hundert*, then
+# the rest with no space: 101 is *einhunderteins*.
+
+# %% tags=["solution", "hide-input"]
+def german(n):
+    ### BEGIN SOLUTION
+    if n >= 100:
+        hundreds, rest = divmod(n, 100)
+        head = "ein" if hundreds == 1 else ONES_DE[hundreds]
+        return head + "hundert" + (german(rest) if rest else "")
+    if n < 20:
+        return ONES_DE[n]
+    tens, unit = divmod(n, 10)
+    if unit == 0:
+        return TENS_DE[tens]
+    return ("ein" if unit == 1 else ONES_DE[unit]) + "und" + TENS_DE[tens]
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+wrong = [n for n in range(100) if german(n) != number_words(n, "de")]
+first = wrong[0] if wrong else 21
+expect_equal(f"german({first})", german(first), number_words(first, "de"),
+             hint="below 100 the unit comes first and joins the tens "
+             "with 'und'; the unit 1 is 'ein' there, 'eins' only "
+             "alone")  # fmt: skip
+
+# %% tags=["check"]
+wrong = [n for n in range(100, 1000) if german(n) != number_words(n, "de")]
+first = wrong[0] if wrong else 101
+expect_equal(f"german({first})", german(first), number_words(first, "de"),
+             hint="say the hundreds digit (1 as 'ein'), then "
+             "'hundert', then the rest as below 100, and nothing for a "
+             "rest of 0")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 7.2: the merges of byte-pair encoding (3 points)
+#
+# A corpus for BPE is a `Counter` such as `WORDS`: a word, as a tuple of
+# symbols, maps to the number of times it occurs. Write three
+# functions:
+#
+# - `pair_counts(words)`: a `Counter` from each pair of adjacent
+#   symbols `(a, b)` to the number of times it occurs in the corpus (a
+#   word that occurs $m$ times counts $m$ times);
+# - `merge_pair(words, pair)`: a new corpus in which each occurrence of
+#   `pair` is replaced by the single symbol `a + b`, scanning every word
+#   from left to right without overlaps (`a a a` becomes `aa a`);
+# - `learn_merges(words, n)`: the first `n` merges, a list of pairs.
+#   Each time, merge the most frequent pair, then count again. Break
+#   ties as the `tokenizers` library does: prefer the pair whose first
+#   symbol is older, then the one whose second symbol is older. The
+#   single characters are the oldest symbols, in sorted order, and every
+#   merged symbol is younger than all symbols made before it.
+#
+# The check compares your merges with those our `SubwordTokenizer`
+# learns from the same words.
+
+# %% tags=["solution", "hide-input"]
+def pair_counts(words):
+    ### BEGIN SOLUTION
+    counts = collections.Counter()
+    for word, m in words.items():
+        for pair in zip(word[:-1], word[1:], strict=True):
+            counts[pair] += m
+    return counts
+    ### END SOLUTION
+
+
+def merge_pair(words, pair):
+    ### BEGIN SOLUTION
+    merged = collections.Counter()
+    for word, m in words.items():
+        symbols, i = [], 0
+        while i < len(word):
+            if word[i : i + 2] == pair:
+                symbols.append(word[i] + word[i + 1])
+                i += 2
+            else:
+                symbols.append(word[i])
+                i += 1
+        merged[tuple(symbols)] += m
+    return merged
+    ### END SOLUTION
+
+
+def learn_merges(words, n):
+    ### BEGIN SOLUTION
+    characters = sorted({c for word in words for c in word})
+    age = {c: i for i, c in enumerate(characters)}
+    merges = []
+    for _ in range(n):
+        counts = pair_counts(words)
+        if not counts:
+            break
+
+        def rank(pair, counts=counts):
+            return -counts[pair], age[pair[0]], age[pair[1]]
+
+        pair = min(counts, key=rank)
+        merges.append(pair)
+        age[pair[0] + pair[1]] = len(age)
+        words = merge_pair(words, pair)
+    return merges
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+toy = collections.Counter({("a", "a", "a"): 2, ("a", "b"): 3})
+expect_equal("pair_counts(toy)", dict(pair_counts(toy)),
+             {("a", "a"): 4, ("a", "b"): 3},
+             hint="every place a pair occurs counts, times the count of "
+             "its word")  # fmt: skip
+expect_equal("merge_pair(toy, ('a', 'a'))",
+             dict(merge_pair(toy, ("a", "a"))),
+             {("aa", "a"): 2, ("a", "b"): 3},
+             hint="merge from left to right without overlaps: a a a "
+             "becomes aa a")  # fmt: skip
+
+# %% tags=["check", "points-2"]
+n_merges = 30
+characters = {c for word in WORDS for c in word}
+vocab_size = 4 + len(characters) + n_merges  # <pad> <bos> <eos> <unk>
+tokenizer = SubwordTokenizer.train(TEXTS, vocab_size)
+merges = json.loads(tokenizer.to_json())["model"]["merges"]
+want = [tuple(m.split(" ") if isinstance(m, str) else m) for m in merges]
+got = [tuple(pair) for pair in learn_merges(WORDS, n_merges)]
+expect_equal("the number of merges", len(got), len(want),
+             hint="stop after n merges")  # fmt: skip
+for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+    expect_equal(f"merge {i + 1}", mine, theirs,
+                 hint="count the pairs again after every merge, and on "
+                 "a tie prefer the older symbols: characters in sorted "
+                 "order first, then merges in the order they were "
+                 "made")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 7.3: clipped n-gram precision (1 point)
+#
+# Write `clipped_counts(hypothesis, reference, n)` for two sentences,
+# with words split at spaces (`str.split()`). It returns
+# `(matches, total)`: `total` is the number of $n$-grams of the
+# hypothesis, and `matches` counts those that occur in the reference,
+# each distinct $n$-gram *at most as often as it occurs in the
+# reference*. For "one hundred and one hundred and one" against "one
+# hundred and one", "one" occurs three times but matches twice. The
+# check compares the sums over a small corpus with `sacrebleu`'s own
+# counts.
+
+# %% tags=["solution", "hide-input"]
+def clipped_counts(hypothesis, reference, n):
+    ### BEGIN SOLUTION
+    def ngrams(words):
+        return collections.Counter(
+            tuple(words[i : i + n]) for i in range(len(words) - n + 1)
+        )
+
+    hyp, ref = ngrams(hypothesis.split()), ngrams(reference.split())
+    matches = sum(min(m, ref[gram]) for gram, m in hyp.items())
+    return matches, sum(hyp.values())
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+stats = sacrebleu.corpus_bleu(HYPS, [REFS])
+for n in range(1, 5):
+    counts = [clipped_counts(h, r, n) for h, r in zip(HYPS, REFS,
+                                                      strict=True)]
+    expect_equal(f"the {n}-gram totals", sum(t for _, t in counts),
+                 stats.totals[n - 1],
+                 hint="a sentence of L words has L - n + 1 n-grams, or "
+                 "none if it is shorter than n")  # fmt: skip
+    expect_equal(f"the {n}-gram matches", sum(m for m, _ in counts),
+                 stats.counts[n - 1],
+                 hint="clip: an n-gram matches at most as often as it "
+                 "occurs in the reference")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 7.4: BLEU (2 points)
+#
+# Write `corpus_bleu(hypotheses, references)`, BLEU from 0 to 100, with
+# your `clipped_counts`. For $n = 1, \dots, 4$ the precision $p_n$ is
+# the sum of the matches over the whole corpus divided by the sum of
+# the totals; with $c$ and $r$ the total numbers of words of the
+# hypotheses and of the references,
+# $\mathrm{BLEU} = 100 \cdot BP \cdot
+# \exp\big(\frac14 \sum_n \log p_n\big)$,
+# $BP = \min(1, e^{1 - r/c})$. You may assume every $p_n > 0$.
+
+# %% tags=["solution", "hide-input"]
+def corpus_bleu(hypotheses, references):
+    ### BEGIN SOLUTION
+    pairs = list(zip(hypotheses, references, strict=True))
+    log_p = 0.0
+    for n in range(1, 5):
+        counts = [clipped_counts(h, r, n) for h, r in pairs]
+        matches = sum(m for m, _ in counts)
+        total = sum(t for _, t in counts)
+        log_p += math.log(matches / total) / 4
+    c = sum(len(h.split()) for h in hypotheses)
+    r = sum(len(ref.split()) for ref in references)
+    brevity = min(1.0, math.exp(1 - r / c))
+    return 100 * brevity * math.exp(log_p)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+expect_close("corpus_bleu(HYPS, REFS)",
+             torch.tensor(float(corpus_bleu(HYPS, REFS))),
+             torch.tensor(bleu(HYPS, REFS)),
+             hint="sum matches and totals over all sentences before "
+             "dividing (not a mean of sentence scores), and take the "
+             "geometric mean of p_1 to p_4")  # fmt: skip
+
+# %% tags=["check"]
+expect_close("corpus_bleu(SHORT, REFS)",
+             torch.tensor(float(corpus_bleu(SHORT, REFS))),
+             torch.tensor(bleu(SHORT, REFS)),
+             hint="outputs shorter than the references pay the brevity "
+             "penalty exp(1 - r / c), with the corpus totals c and "
+             "r")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 7.5: one step of beam search (2 points)
+#
+# Write `beam_step(log_p, length, finished, step_log_p, k, alpha)` for
+# one source and its $k$ hypotheses: `log_p` $(k,)$ their
+# log-probabilities so far, `length` $(k,)$ their lengths (tokens after
+# BOS, as floats), `finished` $(k,)$ bool, and `step_log_p` $(k, V)$ the
+# log-probabilities of every next token. An unfinished hypothesis $r$
+# extended by token $v$ is a candidate with log-probability
+# `log_p[r] + step_log_p[r, v]` and length `length[r] + 1`. A finished
+# hypothesis has a single candidate, extended by `PAD_ID`, with its
+# log-probability and length unchanged. Rank all candidates by
+# $\log P / lp$, with `gnmt_length_penalty(length, alpha)` as $lp$, and
+# keep the $k$ best, best first. Return the kept candidates'
+# `(rows, tokens, log_p, length, finished)`, each $(k,)$: the
+# hypotheses they extend, their last tokens, their log-probabilities
+# and lengths, and whether they are finished (already, or now by
+# `EOS_ID`).
+
+# %% tags=["solution", "hide-input"]
+def beam_step(log_p, length, finished, step_log_p, k, alpha):
+    ### BEGIN SOLUTION
+    V = step_log_p.size(-1)
+    step = step_log_p.masked_fill(finished.unsqueeze(1), -torch.inf)
+    step[finished, PAD_ID] = 0.0  # (k, V): PAD, for free, if finished
+    candidate = log_p.unsqueeze(1) + step  # (k, V)
+    grown = length + (~finished).to(length.dtype)  # (k,)
+    lp = gnmt_length_penalty(grown, alpha).unsqueeze(1)  # (k, 1)
+    best = (candidate / lp).flatten().topk(k).indices  # (k,)
+    rows, tokens = best // V, best % V
+    done = finished[rows] | (tokens == EOS_ID)
+    return rows, tokens, candidate[rows, tokens], grown[rows], done
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+def best_candidates(log_p, length, finished, step_log_p, k, alpha):
+    """The k best candidates by the definition, one at a time:
+    (score, row, token, log_p, length, finished), best first."""
+    found = []
+    for r, (lp_r, len_r) in enumerate(zip(log_p.tolist(), length.tolist(),
+                                          strict=True)):  # fmt: skip
+        if finished[r]:
+            penalty = float(gnmt_length_penalty(torch.tensor(len_r), alpha))
+            found.append((lp_r / penalty, r, PAD_ID, lp_r, len_r, True))
+            continue
+        penalty = float(gnmt_length_penalty(torch.tensor(len_r + 1), alpha))
+        for v, s in enumerate(step_log_p[r].tolist()):
+            found.append(((lp_r + s) / penalty, r, v, lp_r + s, len_r + 1,
+                          v == EOS_ID))  # fmt: skip
+    return sorted(found, reverse=True)[:k]
+
+
+def expect_step(name, args, hint):
+    """beam_step(*args) keeps what best_candidates(*args) finds."""
+    got = beam_step(*args)
+    want = best_candidates(*args)
+    for i, part in enumerate(("rows", "tokens")):
+        expect_equal(f"{name}: {part}", [int(x) for x in got[i]],
+                     [c[i + 1] for c in want], hint=hint)  # fmt: skip
+    for i, part in enumerate(("log_p", "length"), start=2):
+        expect_close(f"{name}: {part}", got[i].double(),
+                     torch.tensor([c[i + 1] for c in want],
+                                  dtype=torch.float64),
+                     hint=hint)  # fmt: skip
+    expect_equal(f"{name}: finished", [bool(x) for x in got[4]],
+                 [c[5] for c in want], hint=hint)  # fmt: skip
+
+
+gen = torch.Generator().manual_seed(75)
+step_log_p = torch.randn(3, V, generator=gen, dtype=torch.float64)
+step_log_p = step_log_p.log_softmax(dim=-1)  # (k, V)
+start = (torch.tensor([-0.4, -1.1, -1.5], dtype=torch.float64),
+         torch.full((3,), 2.0, dtype=torch.float64),
+         torch.zeros(3, dtype=torch.bool))  # fmt: skip
+expect_step("beam_step, nothing finished", (*start, step_log_p, 3, 0.6),
+            hint="rank all k * V candidates together (flatten them); "
+            "the flat index i is row i // V and token i % V")  # fmt: skip
+
+# %% tags=["check"]
+late = (torch.tensor([-1.0, -1.5, -1.1], dtype=torch.float64),
+        torch.tensor([4.0, 2.0, 4.0], dtype=torch.float64),
+        torch.tensor([False, True, False]))  # fmt: skip
+expect_step("beam_step, one finished", (*late, step_log_p, 3, 1.0),
+            hint="a finished hypothesis has one candidate, PAD_ID at no "
+            "cost, and its length does not grow; score every candidate "
+            "by log_p / lp(its length)")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 7.6: beam search (2 points)
+#
+# Write `beam_decode(model, src, k, max_len, alpha)` for one source
+# `src` of shape $(1, S)$, with your `beam_step`. Encode the source once
+# (`src_mask = (src != PAD_ID).unsqueeze(1)`, $(1, 1, S)$) and give the
+# memory and the mask to the $k$ hypotheses (`expand(k, -1, -1)`). The
+# outputs `ys` $(k, 1)$ start as `BOS_ID`; only hypothesis 0 is alive
+# at first (log-probability 0, the others $-\infty$, so that $k$ copies
+# of BOS do not fill the beam), all of length 0 and unfinished. Each
+# step computes `model.generator(model.decode(memory, src_mask,
+# ys)[:, -1]).log_softmax(-1)`, calls `beam_step`, and sets `ys` to
+# `ys[rows]` with `tokens` appended. Stop when every hypothesis has
+# finished or `ys` has `max_len` columns. Return `(ys_best, score)`:
+# the hypothesis with the best $\log P / lp$, as $(1, L)$ without its
+# trailing `PAD_ID`s, and that score (a 0-dim tensor).
+
+# %% tags=["solution", "hide-input"]
+def beam_decode(model, src, k, max_len, alpha):
+    ### BEGIN SOLUTION
+    src_mask = (src != PAD_ID).unsqueeze(1)  # (1, 1, S)
+    with torch.no_grad():
+        memory = model.encode(src, src_mask).expand(k, -1, -1)  # (k, S, C)
+        src_mask = src_mask.expand(k, -1, -1)  # (k, 1, S)
+        ys = torch.full((k, 1), BOS_ID)  # (k, 1)
+        log_p = torch.full((k,), -torch.inf, dtype=torch.float64)
+        log_p[0] = 0.0
+        length = torch.zeros(k, dtype=torch.float64)
+        finished = torch.zeros(k, dtype=torch.bool)
+        while ys.size(1) < max_len and not finished.all():
+            hidden = model.decode(memory, src_mask, ys)  # (k, L, C)
+            step = model.generator(hidden[:, -1]).log_softmax(-1)  # (k, V)
+            rows, tokens, log_p, length, finished = beam_step(
+                log_p, length, finished, step, k, alpha)
+            ys = torch.cat([ys[rows], tokens.unsqueeze(1)], dim=1)
+    scores = log_p / gnmt_length_penalty(length, alpha)  # (k,)
+    best = int(scores.argmax())
+    keep = int((ys[best] != PAD_ID).nonzero().max()) + 1
+    return ys[best, :keep].unsqueeze(0), scores[best]  # (1, L), ()
+    ### END SOLUTION
+
+
+# %% tags=["check", "points-2"]
+for i in range(len(sources)):
+    src = sources[i : i + 1]  # (1, S)
+    for k, alpha in ((3, 0.6), (3, 0.0), (2, 2.0)):
+        want_ys, want_score = beam_search(
+            model, src, max_len=9, bos_id=BOS_ID, eos_id=EOS_ID,
+            beam_size=k, length_penalty=alpha, return_scores=True)
+        got_ys, got_score = beam_decode(model, src, k, 9, alpha)
+        name = f"beam_decode(model, sources[{i}:{i + 1}], {k}, 9, {alpha})"
+        expect_equal(name, got_ys, want_ys,
+                     hint="keep ys in step with the beam, ys = "
+                     "cat(ys[rows], tokens), and cut the best output's "
+                     "trailing padding")  # fmt: skip
+        expect_close(f"the score of {name}", got_score.reshape(1),
+                     want_score,
+                     hint="the score is log P / lp(length), the length "
+                     "counting the tokens after BOS")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 3
+# message: Hint: clip: an n-gram matches at most as often as it occurs
+# def clipped_counts(hypothesis, reference, n):
+#     hyp, ref = hypothesis.split(), reference.split()
+#     grams = [tuple(hyp[i : i + n]) for i in range(len(hyp) - n + 1)]
+#     seen = {tuple(ref[i : i + n]) for i in range(len(ref) - n + 1)}
+#     return sum(gram in seen for gram in grams), len(grams)

@@ -1408,3 +1408,451 @@ pd.DataFrame(speedups, columns=["remedy", "measured on", "ratio"]
 #    again before the step). Count the gradient entries that became
 #    exactly zero in each case, and compare the loss curves. Then try a
 #    factor of $2^{24}$: what happens, and what would `GradScaler` do?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Six exercises, each followed by a check that runs with its cell. In
+# the book the reference solutions are folded: try first, then open
+# them. The classroom edition (the teaching page) hands out the same
+# exercises without the solutions, and nbgrader scores them. Everything
+# runs on the CPU, in float64 wherever values are compared.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+from transformer_lite import (
+    Encoder,
+    MultiHeadAttention,
+    causal_mask,
+    chunked_attention,
+    scaled_dot_product_attention,
+)
+from transformer_lite.classroom import (
+    expect,
+    expect_close,
+    expect_equal,
+    expect_tensor,
+)
+
+torch.manual_seed(8)  # the modules' initial weights
+gen = torch.Generator().manual_seed(8)  # every input below
+f64 = torch.float64
+# exercise 8.3: one attention module, C = 16, H = 4, D = 4, and a
+# sequence x of B = 2 rows of L = 8 positions
+mha = MultiHeadAttention(16, 4, dropout=0.0).to(f64).eval()
+x = torch.randn(2, 8, 16, generator=gen, dtype=f64)  # (B, L, C)
+# exercise 8.4: five encoder layers with dropout, in training mode, and
+# a padded batch: row 1 has two padding positions
+encoder = Encoder(5, 16, 2, 32, dropout=0.1).to(f64).train()
+src = torch.randn(2, 6, 16, generator=gen, dtype=f64)  # (B, S, C)
+src_mask = torch.ones(2, 1, 6, dtype=torch.bool)  # (B, 1, S)
+src_mask[1, :, 4:] = False
+
+
+def outputs_and_grads(forward):
+    """Run forward() on a fresh copy of src under a fixed seed (the same
+    dropout masks every time); return its output and the gradients of
+    the input and of every parameter of the encoder."""
+    encoder.zero_grad(set_to_none=True)
+    inputs = src.clone().requires_grad_()
+    torch.manual_seed(80)
+    out = forward(inputs)  # (B, S, C)
+    out.square().sum().backward()
+    grads = [inputs.grad] + [p.grad for p in encoder.parameters()]
+    return out.detach(), grads
+
+
+def saved_tensors(forward):
+    """How many tensors autograd keeps for the backward pass of
+    forward(), counted outside any checkpoint."""
+    count = 0
+
+    def pack(tensor):
+        nonlocal count
+        count += 1
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward(src.clone().requires_grad_())
+    return count
+
+
+# %% [markdown]
+# ### Exercise 8.1: one step of the online softmax (2 points)
+#
+# Write `online_step(m, ell, o, s, v)`, the state of the online softmax
+# after one more chunk of keys. For $L_q$ queries the state is the
+# running maximum `m` $(\dots, L_q, 1)$, the running sum `ell`
+# $(\dots, L_q, 1)$ and the running output `o` $(\dots, L_q, D_v)$. The
+# chunk brings the scaled scores `s` $(\dots, L_q, c)$ of its $c$ keys
+# and their values `v` $(\dots, c, D_v)$. Return the new
+# `(m, ell, o)`, by the update of section 2:
+#
+# $$
+# m' = \max\big(m, \max_j s_j\big), \quad \alpha = e^{m - m'}, \quad
+# \ell' = \alpha \ell + \sum_j e^{s_j - m'}, \quad
+# o' = \alpha\, o + e^{s - m'} v .
+# $$
+#
+# The scores are finite, and the state starts at $m = -\infty$,
+# $\ell = 0$, $o = 0$; the output is $o / \ell$ after the last chunk.
+
+# %% tags=["solution", "hide-input"]
+def online_step(m, ell, o, s, v):
+    ### BEGIN SOLUTION
+    m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (..., Lq, 1)
+    alpha = torch.exp(m - m_new)  # moves the old sums to the new maximum
+    p = torch.exp(s - m_new)  # (..., Lq, c)
+    ell_new = alpha * ell + p.sum(dim=-1, keepdim=True)  # (..., Lq, 1)
+    o_new = alpha * o + p @ v  # (..., Lq, Dv)
+    return m_new, ell_new, o_new
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+# two chunks for B = 2 rows of Lq = 3 queries; the second chunk's scores
+# are larger, so the maximum grows and alpha < 1 must rescale
+s1 = torch.randn(2, 3, 4, generator=gen, dtype=f64)  # (B, Lq, c)
+s2 = torch.randn(2, 3, 5, generator=gen, dtype=f64) + 3.0
+v1 = torch.randn(2, 4, 6, generator=gen, dtype=f64)  # (B, c, Dv)
+v2 = torch.randn(2, 5, 6, generator=gen, dtype=f64)
+start = (torch.full((2, 3, 1), -math.inf, dtype=f64),
+         torch.zeros(2, 3, 1, dtype=f64),
+         torch.zeros(2, 3, 6, dtype=f64))  # fmt: skip
+m, ell, o = online_step(*online_step(*start, s1, v1), s2, v2)
+s, v = torch.cat([s1, s2], dim=-1), torch.cat([v1, v2], dim=-2)
+expect_close("o / ell after two chunks", o / ell,
+             torch.softmax(s, dim=-1) @ v,
+             hint="when the maximum grows, rescale both ell and o by "
+             "alpha = exp(m_old - m_new)")  # fmt: skip
+
+# %% tags=["check"]
+expect_close("m after two chunks", m, s.amax(dim=-1, keepdim=True),
+             hint="m is the largest score seen so far: the maximum of "
+             "the old m and the chunk's largest score")  # fmt: skip
+expect_close("ell after two chunks", ell,
+             torch.exp(s - s.amax(dim=-1, keepdim=True)).sum(
+                 dim=-1, keepdim=True),
+             hint="ell sums exp(s - m) over every key seen, taken "
+             "against the current maximum m")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 8.2: attention over chunks of keys (2 points)
+#
+# Write `online_attention(q, k, v, chunk)`, the output
+# $\mathrm{softmax}(q k^\top / \sqrt{d_k})\, v$ computed with
+# `online_step`, visiting the keys `chunk` at a time, so that no more
+# than $L_q \times \mathit{chunk}$ scores exist at once. Shapes: `q`
+# $(\dots, L_q, D)$, `k` $(\dots, L_k, D)$, `v` $(\dots, L_k, D_v)$;
+# output $(\dots, L_q, D_v)$. `chunk` need not divide $L_k$, and may
+# exceed it. The second check uses scores in the thousands, whose
+# exponential overflows even float64.
+
+# %% tags=["solution", "hide-input"]
+def online_attention(q, k, v, chunk):
+    ### BEGIN SOLUTION
+    q = q / math.sqrt(q.size(-1))  # scaled once, before the products
+    m = q.new_full((*q.shape[:-1], 1), -math.inf)  # (..., Lq, 1)
+    ell = q.new_zeros((*q.shape[:-1], 1))  # (..., Lq, 1)
+    o = q.new_zeros((*q.shape[:-1], v.size(-1)))  # (..., Lq, Dv)
+    for start in range(0, k.size(-2), chunk):
+        k_J = k[..., start : start + chunk, :]  # (..., c, D)
+        v_J = v[..., start : start + chunk, :]  # (..., c, Dv)
+        s = q @ k_J.transpose(-2, -1)  # (..., Lq, c)
+        m, ell, o = online_step(m, ell, o, s, v_J)
+    return o / ell  # (..., Lq, Dv)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+q = torch.randn(2, 3, 7, 8, generator=gen, dtype=f64)  # (B, H, Lq, D)
+k = torch.randn(2, 3, 23, 8, generator=gen, dtype=f64)  # (B, H, Lk, D)
+v = torch.randn(2, 3, 23, 5, generator=gen, dtype=f64)  # (B, H, Lk, Dv)
+want, _ = scaled_dot_product_attention(q, k, v)  # (B, H, Lq, Dv)
+for chunk in (5, 64):
+    expect_close(f"online_attention(q, k, v, {chunk})",
+                 online_attention(q, k, v, chunk), want,
+                 hint="divide the scores by sqrt(d_k), visit every key "
+                 "with range(0, Lk, chunk) and keep the last, shorter "
+                 "chunk")  # fmt: skip
+
+# %% tags=["check"]
+hot = 2000 * q  # scores in the thousands: exp(s) is inf in float64
+expect_close("online_attention(2000 q, k, v, 5)",
+             online_attention(hot, k, v, 5),
+             chunked_attention(hot, k, v, chunk_size=5),
+             hint="never exponentiate a score itself: subtract the "
+             "running maximum first (online_step does)")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 8.3: a cached step equals the uncached one (2 points)
+#
+# Write `cached_attention(mha, x_new, cache)`: causal self-attention of
+# $n$ new positions `x_new` $(B, n, C)$ that follow the $t$ positions
+# whose keys and values `cache` holds, a pair `(K, V)` of shape
+# $(B, H, t, D)$, or `None` when $t = 0$. Use only the four projections
+# `mha.w_q`, `mha.w_k`, `mha.w_v`, `mha.w_o` of the `MultiHeadAttention`
+# `mha` and its sizes `mha.h` ($H$) and `mha.d_k` ($D$): project the new
+# positions, split them into heads, append their keys and values to the
+# cached ones, and let new query $i$, at position $t + i$, attend to the
+# keys $0, \dots, t + i$. Return the output, $(B, n, C)$, and the new
+# cache `(K, V)`, both of shape $(B, H, t + n, D)$. Fed a sequence in
+# pieces, the outputs must equal `mha` on the whole sequence under a
+# causal mask.
+
+# %% tags=["solution", "hide-input"]
+def cached_attention(mha, x_new, cache):
+    ### BEGIN SOLUTION
+    B, n, C = x_new.shape
+    H, D = mha.h, mha.d_k
+
+    def split(y):
+        return y.view(B, n, H, D).transpose(1, 2)  # (B, H, n, D)
+
+    q = split(mha.w_q(x_new))  # (B, H, n, D)
+    K, V = split(mha.w_k(x_new)), split(mha.w_v(x_new))
+    if cache is not None:
+        K = torch.cat([cache[0], K], dim=2)  # (B, H, t + n, D)
+        V = torch.cat([cache[1], V], dim=2)
+    t = K.size(2) - n  # positions cached before this step
+    scores = q @ K.transpose(-2, -1) / math.sqrt(D)  # (B, H, n, t + n)
+    i = torch.arange(t, t + n).unsqueeze(1)  # (n, 1), query positions
+    j = torch.arange(t + n)  # (t + n,), key positions
+    scores = scores.masked_fill(j > i, -math.inf)
+    out = scores.softmax(dim=-1) @ V  # (B, H, n, D)
+    out = out.transpose(1, 2).reshape(B, n, C)  # (B, n, C)
+    return mha.w_o(out), (K, V)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+with torch.no_grad():
+    want = mha(x, x, x, causal_mask(8))  # (B, L, C), no cache
+    cache, pieces = None, []
+    for a, b in ((0, 3), (3, 4), (4, 8)):  # pieces of 3, 1 and 4
+        out, cache = cached_attention(mha, x[:, a:b], cache)
+        pieces.append(out)
+expect_close("the outputs of pieces 3, 1, 4, concatenated",
+             torch.cat(pieces, dim=1), want,
+             hint="new query i sits at position t + i: it may see every "
+             "cached key and the new keys up to its own, the "
+             "bottom-right block of the causal mask")  # fmt: skip
+
+# %% tags=["check"]
+with torch.no_grad():
+    _, cache = cached_attention(mha, x[:, :5], None)
+    _, (K, V) = cached_attention(mha, x[:, 5:], cache)
+    keys = mha.w_k(x).view(2, 8, 4, 4).transpose(1, 2)  # (B, H, L, D)
+    values = mha.w_v(x).view(2, 8, 4, 4).transpose(1, 2)
+hint = ("the cache holds keys and values split into heads, (B, H, t, D): "
+        "view as (B, n, H, D), transpose, and append along dim=2")
+expect_close("the cached K after 5 + 3 positions", K, keys, hint=hint)
+expect_close("the cached V after 5 + 3 positions", V, values, hint=hint)
+
+# %% [markdown]
+# ### Exercise 8.4: checkpointed segments (2 points)
+#
+# Write `checkpointed_layers(layers, x, mask, every)`: run the encoder
+# layers `layers` (each called as `layer(x, mask)`) one after another,
+# in segments of `every` consecutive layers (the last segment may be
+# shorter), each segment wrapped in one call
+# `checkpoint(segment, x, mask, use_reentrant=False)`. The forward pass
+# then keeps only each segment's inputs, and the backward pass
+# recomputes the rest. Output and gradients must equal those of a
+# plain pass, dropout included: `checkpoint` replays the random state.
+
+# %% tags=["solution", "hide-input"]
+def checkpointed_layers(layers, x, mask, every):
+    ### BEGIN SOLUTION
+    def segment(part):
+        def run(h, mask):
+            for layer in part:
+                h = layer(h, mask)  # (B, S, C)
+            return h
+
+        return run
+
+    for start in range(0, len(layers), every):
+        run = segment(layers[start : start + every])
+        x = checkpoint(run, x, mask, use_reentrant=False)  # (B, S, C)
+    return x
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+def plain_pass(h):
+    for layer in encoder.layers:
+        h = layer(h, src_mask)  # (B, S, C)
+    return h
+
+
+def in_segments_of_2(h):
+    return checkpointed_layers(encoder.layers, h, src_mask, 2)
+
+
+want_out, want_grads = outputs_and_grads(plain_pass)
+out, grads = outputs_and_grads(in_segments_of_2)
+hint = ("run the segments in order, each in one call "
+        "checkpoint(segment, x, mask, use_reentrant=False) over its "
+        "own layers; checkpoint replays dropout's random state itself")
+expect_close("the output", out, want_out, atol=1e-12, hint=hint)
+for n, (got, wanted) in enumerate(zip(grads, want_grads, strict=True)):
+    expect_close(f"gradient {n} (0: the input)", got, wanted, atol=1e-12,
+                 hint=hint)  # fmt: skip
+
+# %% tags=["check"]
+plain_count = saved_tensors(plain_pass)
+for every, segments in ((1, 5), (2, 3), (5, 1)):
+    count = saved_tensors(lambda h, e=every: checkpointed_layers(
+        encoder.layers, h, src_mask, e))  # fmt: skip
+    expect(segments <= count <= 2 * segments,
+           f"with every={every} the forward pass kept {count} tensors "
+           f"(without checkpointing: {plain_count}); expected the "
+           f"inputs of {segments} segment(s) only",
+           hint="wrap each segment, not each layer nor the whole "
+           "stack, in one checkpoint call")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 8.5: attention weights in 16 bits (2 points)
+#
+# Write `attention_weights(q, k, mask)` for inputs of any floating
+# dtype, following the package's casting rules: compute in
+# `torch.promote_types(q.dtype, torch.float32)` (float32 for 16-bit
+# inputs, otherwise q's own dtype); divide `q` by $\sqrt{d_k}$ *before*
+# the product; fill forbidden scores with the `torch.finfo(...).min` of
+# that dtype; take the softmax; set the weights of forbidden keys to 0,
+# so that a row with no allowed key is all zeros; and return the weights
+# in q's dtype. Shapes: `q` $(\dots, L_q, D)$, `k` $(\dots, L_k, D)$,
+# `mask` bool, True = may attend, broadcasting to
+# $(\dots, L_q, L_k)$; output $(\dots, L_q, L_k)$.
+
+# %% tags=["solution", "hide-input"]
+def attention_weights(q, k, mask):
+    ### BEGIN SOLUTION
+    dtype = torch.promote_types(q.dtype, torch.float32)
+    scaled = q.to(dtype) / math.sqrt(q.size(-1))  # scale first
+    scores = scaled @ k.to(dtype).transpose(-2, -1)  # (..., Lq, Lk)
+    scores = scores.masked_fill(~mask, torch.finfo(dtype).min)
+    weights = scores.softmax(dim=-1).masked_fill(~mask, 0.0)
+    return weights.to(q.dtype)  # (..., Lq, Lk)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+q32 = torch.randn(2, 5, 8, generator=gen)  # (B, L, D)
+k32 = torch.randn(2, 5, 8, generator=gen)
+pad = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])  # (B, L)
+mask = pad[:, None, :] & causal_mask(5)  # (B, L, L)
+mask[0, 2] = False  # query 2 of row 0 may attend to nothing
+for dtype in (torch.float16, torch.bfloat16, f64):
+    q, k = q32.to(dtype), k32.to(dtype)
+    _, want = scaled_dot_product_attention(q, k, k, mask)  # (B, L, L)
+    got = expect_tensor(f"the weights for {dtype} inputs",
+                        attention_weights(q, k, mask), dtype=dtype,
+                        finite=False,
+                        hint="return the weights in the inputs' "
+                        "dtype")  # fmt: skip
+    expect_close(f"the weights for {dtype} inputs", got, want, atol=1e-3,
+                 hint="fill with torch.finfo(dtype).min of the scores' "
+                 "dtype, and zero the forbidden weights after the "
+                 "softmax: a row with no allowed key is all zeros")
+
+# %% tags=["check"]
+q = (60 * q32).half()  # q @ k^T reaches about 1e5; float16 stops at 65504
+k = (60 * k32).half()
+_, want = scaled_dot_product_attention(q, k, k, mask)  # (B, L, L)
+expect_close("the weights for large float16 inputs",
+             attention_weights(q, k, mask), want, atol=1e-3,
+             hint="compute the scores in float32: q @ k^T of float16 "
+             "inputs passes 65504, float16's largest value, and "
+             "becomes inf")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 8.6: the rules of loss scaling (2 points)
+#
+# With loss scaling, the loss is multiplied by $S$ before the backward
+# pass, so the gradients arrive multiplied by $S$. Write
+# `unscale(grads, scale)`: for a list of gradient tensors (float16 or
+# float32), return the list divided by `scale`, **in float32**, and
+# `found_inf`, `True` if any entry of any gradient is infinite or NaN.
+# Then write `update_scale(scale, good_steps, found_inf,
+# growth_interval)`, the rule of `torch.amp.GradScaler`: after an
+# overflow, halve the scale and reset the count of good steps to 0 (the
+# optimizer step is skipped); otherwise add one good step, and when
+# `growth_interval` good steps in a row are reached, double the scale
+# and reset the count. Return `(scale, good_steps)`.
+
+# %% tags=["solution", "hide-input"]
+def unscale(grads, scale):
+    ### BEGIN SOLUTION
+    unscaled = [g.float() / scale for g in grads]  # float32 first
+    found_inf = any(not torch.isfinite(g).all() for g in unscaled)
+    return unscaled, found_inf
+    ### END SOLUTION
+
+
+def update_scale(scale, good_steps, found_inf, growth_interval):
+    ### BEGIN SOLUTION
+    if found_inf:
+        return scale / 2, 0
+    good_steps += 1
+    if good_steps == growth_interval:
+        return scale * 2, 0
+    return scale, good_steps
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+g = torch.tensor([1e-3, 1e-5, 1e-7, 1e-9])  # float32 gradients
+S = 2.0**16
+grads, found_inf = unscale([(g * S).half(), g * S], S)
+for n, got in enumerate(grads):
+    got = expect_tensor(f"unscaled gradient {n}", got, dtype=torch.float32,
+                        hint="cast to float32, then divide")  # fmt: skip
+    expect_close(f"unscaled gradient {n}", got, g, atol=0, rtol=1e-3,
+                 hint="cast to float32 first, then divide: g / S in "
+                 "float16 underflows to 0 below 6e-8")  # fmt: skip
+expect_equal("found_inf for finite gradients", found_inf, False,
+             hint="found_inf is a bool, True only if some entry is "
+             "inf or NaN")  # fmt: skip
+for bad in (math.inf, -math.inf, math.nan):
+    _, found_inf = unscale([g.half(), torch.tensor([1.0, bad]).half()], S)
+    expect_equal(f"found_inf with a {bad} entry", found_inf, True,
+                 hint="look at every gradient, and count NaN as well "
+                 "as +-inf (torch.isfinite)")  # fmt: skip
+
+# %% tags=["check"]
+param = nn.Parameter(torch.ones(3))
+sgd = torch.optim.SGD([param], lr=0.1)
+scaler = torch.amp.GradScaler("cpu", init_scale=16.0, growth_interval=3)
+scale, good_steps, ours, torchs = 16.0, 0, [], []
+for g in (1, 1, math.inf, 1, 1, 1, 1, 1, math.nan, 1, 1, 1, 1):
+    before = param.detach().clone()
+    sgd.zero_grad()
+    scaler.scale((param * g).sum()).backward()
+    scaler.step(sgd)
+    scaler.update()
+    torchs.append((scaler.get_scale(), torch.equal(param, before)))
+    _, found_inf = unscale([torch.full((3,), g * scale)], scale)
+    scale, good_steps = update_scale(scale, good_steps, found_inf, 3)
+    ours.append((scale, found_inf))
+expect_equal("(scale, step skipped) after each step", ours, torchs,
+             hint="halve the scale and reset the count after inf or NaN; "
+             "double it only after growth_interval good steps in a "
+             "row, then reset the count")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 1
+# message: Hint: when the maximum grows, rescale both ell and o
+# def online_step(m, ell, o, s, v):
+#     m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+#     alpha = torch.exp(m - m_new)
+#     p = torch.exp(s - m_new)
+#     ell_new = alpha * ell + p.sum(dim=-1, keepdim=True)
+#     o_new = o + p @ v
+#     return m_new, ell_new, o_new

@@ -965,3 +965,388 @@ for p in ("shaw", "alibi", "rope"):
 # 4. **RoPE's base.** `RotaryEmbedding(d_k, base=...)` sets the
 #    wavelengths. Try 100 and 1,000,000. Which base makes $4L$ better,
 #    and which makes training on $L$ harder?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Six exercises, each followed by a check that runs with its cell. In
+# the book the reference solutions are folded: try first, then open
+# them. The classroom edition (the teaching page) hands out the same
+# exercises without the solutions, and nbgrader scores them. The checks
+# compare in float64 with the package's own schemes.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+
+from transformer_lite import (
+    ALiBiBias,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    ShawRelativeKeys,
+    T5RelativeBias,
+    causal_mask,
+)
+from transformer_lite.classroom import expect_close, expect_equal
+from transformer_lite.relative import alibi_slopes, t5_bucket
+
+gen = torch.Generator().manual_seed(9)  # every input below
+f64 = torch.float64
+
+
+def identity_attention(scheme):
+    """A MultiHeadAttention of C = 16, H = 4 (D = 4) in float64 whose
+    four projections are the identity: its output is plain attention of
+    x, split into heads, with the relative scheme ``scheme``."""
+    mha = MultiHeadAttention(16, 4, dropout=0.0, position=scheme)
+    mha = mha.to(f64).eval()
+    table = getattr(scheme, "table", None)  # T5's and Shaw's
+    with torch.no_grad():
+        for linear in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
+            linear.weight.copy_(torch.eye(16))
+            linear.bias.zero_()
+        if table is not None:  # T5's starts at 0: give it values
+            table.weight.copy_(torch.randn(table.weight.shape,
+                                           generator=gen))
+    return mha
+
+
+# exercise 9.6: one module per scheme, and a sequence x of B = 2 rows
+# of L = 7 positions
+attention_with = {
+    "RoPE": identity_attention(RotaryEmbedding(4)),
+    "ALiBi": identity_attention(ALiBiBias(4)),
+    "T5": identity_attention(T5RelativeBias(4, bidirectional=True)),
+    "Shaw": identity_attention(ShawRelativeKeys(4, max_distance=3)),
+}
+x = torch.randn(2, 7, 16, generator=gen, dtype=f64)  # (B, L, C)
+heads = x.view(2, 7, 4, 4).transpose(1, 2)  # (B, H, L, D)
+
+# %% [markdown]
+# ### Exercise 9.1: RoPE (2 points)
+#
+# Write `rope(x, positions, base=10000.0)`: turn pair $i$ of row $l$ of
+# `x`, the coordinates $(x_{2i}, x_{2i+1})$, by the angle
+# $m_l \theta_i$, where $m_l$ = `positions[l]` and
+# $\theta_i = \mathrm{base}^{-2i/D}$:
+# $x'_{2i} = x_{2i} \cos m_l\theta_i - x_{2i+1} \sin m_l\theta_i$ and
+# $x'_{2i+1} = x_{2i} \sin m_l\theta_i + x_{2i+1} \cos m_l\theta_i$.
+# Shapes: `x` $(\dots, L, D)$ with $D$ even, `positions` $(L,)$
+# integers; output as `x`, in its dtype (compute the angles in it too).
+
+# %% tags=["solution", "hide-input"]
+def rope(x, positions, base=10000.0):
+    ### BEGIN SOLUTION
+    D = x.size(-1)
+    two_i = torch.arange(0, D, 2, dtype=x.dtype)  # (D/2,)
+    theta = base ** (-two_i / D)  # (D/2,)
+    angles = positions.to(x.dtype).unsqueeze(1) * theta  # (L, D/2)
+    cos, sin = angles.cos(), angles.sin()
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., L, D/2)
+    turned = torch.stack((even * cos - odd * sin, even * sin + odd * cos),
+                         dim=-1)  # (..., L, D/2, 2)
+    return turned.flatten(-2)  # (..., L, D)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+rows = torch.randn(2, 3, 6, 8, generator=gen, dtype=f64)  # (B, H, L, D)
+positions = torch.tensor([0, 1, 2, 7, 100, 4000])  # (L,)
+for base in (10000.0, 100.0):
+    expect_close(f"rope(x, positions, base={base:g})",
+                 rope(rows, positions, base),
+                 RotaryEmbedding(8, base=base).rotate(rows, positions),
+                 hint="pair coordinates 2i and 2i+1 (x[..., 0::2] with "
+                 "x[..., 1::2]), not the two halves of the vector, and "
+                 "take theta_i = base ** (-2i / D)")  # fmt: skip
+
+# %% tags=["check"]
+q, k = torch.randn(2, 1, 8, generator=gen, dtype=f64)  # (1, D) each
+for offset in (3, -5, 40):
+    scores = torch.cat([rope(q, torch.tensor([i]))
+                        @ rope(k, torch.tensor([i + offset])).T
+                        for i in (0, 10, 1000, 12345)])  # (4, 1)
+    expect_close(f"the scores at offset {offset} for i = 0, 10, ...",
+                 scores, scores[:1].expand(4, 1), atol=1e-10,
+                 hint="a query at i and a key at i + offset must score "
+                 "the same for every i: turn both vectors by angles "
+                 "proportional to their own positions")  # fmt: skip
+expect_close("the lengths of the rotated rows",
+             rope(rows, positions).norm(dim=-1), rows.norm(dim=-1),
+             hint="a rotation keeps lengths: use cos and sin of the "
+             "same angle in both coordinates of a pair")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 9.2: ALiBi (2 points)
+#
+# Write `slopes(n_heads)`, the list of ALiBi's $H$ slopes: for $H$ a
+# power of two, $2^{-8/H}, 2^{-16/H}, \dots, 2^{-8}$; for any other
+# $H$, the slopes of the largest power of two $P < H$, followed by every
+# other slope of $2P$ (its first, third, fifth, ...) until there are
+# $H$. Then write `alibi_bias(n_heads, query_positions, key_positions)`,
+# the float64 bias $b_{hij} = -m_h\, |j - i|$ of queries at positions
+# `query_positions` $(L_q,)$ and keys at `key_positions` $(L_k,)$,
+# of shape $(H, L_q, L_k)$.
+
+# %% tags=["solution", "hide-input"]
+def slopes(n_heads):
+    ### BEGIN SOLUTION
+    P = 1
+    while 2 * P <= n_heads:
+        P *= 2  # the largest power of two <= H
+    first = [2.0 ** (-8 * h / P) for h in range(1, P + 1)]
+    odd = range(1, 2 * (n_heads - P), 2)  # every other slope of 2P
+    return first + [2.0 ** (-8 * h / (2 * P)) for h in odd]
+    ### END SOLUTION
+
+
+def alibi_bias(n_heads, query_positions, key_positions):
+    ### BEGIN SOLUTION
+    m = torch.tensor(slopes(n_heads), dtype=torch.float64)  # (H,)
+    offset = key_positions.unsqueeze(0) - query_positions.unsqueeze(1)
+    return -m.view(-1, 1, 1) * offset.abs()  # (H, Lq, Lk)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for n_heads in (1, 2, 4, 8, 16, 3, 6, 12):
+    expect_close(f"slopes({n_heads})",
+                 torch.tensor(slopes(n_heads), dtype=f64),
+                 torch.tensor(alibi_slopes(n_heads), dtype=f64),
+                 hint="for H not a power of two: the P slopes of the "
+                 "largest power of two P < H, then the 1st, 3rd, 5th "
+                 "... slopes of 2P, H in all")  # fmt: skip
+
+# %% tags=["check"]
+query_positions, key_positions = torch.arange(5, 9), torch.arange(9)
+anything = torch.zeros(1, 6, 4, 1, dtype=f64)  # ALiBi ignores the query
+want = ALiBiBias(6).bias(anything, query_positions, key_positions)
+for shift in (0, 100):
+    expect_close(f"alibi_bias(6, ...) with positions shifted by {shift}",
+                 alibi_bias(6, query_positions + shift,
+                            key_positions + shift), want,
+                 hint="the bias is -m_h * |j - i| with the positions "
+                 "themselves (query l sits at query_positions[l]), "
+                 "negative: a penalty")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 9.3: T5's buckets (2 points)
+#
+# Write `bucket(offset, bidirectional, n_buckets=32,
+# max_distance=128)`, the bucket of every offset $r = j - i$ in the
+# integer tensor `offset`. Bidirectional: $n = $ `n_buckets // 2`, the
+# distance is $d = |r|$, and keys after the query ($r > 0$) add $n$
+# to their bucket. Causal: $n = $ `n_buckets`, $d = \max(-r, 0)$, and
+# nothing is added. With $e = n / 2$ exact buckets, a distance $d < e$
+# is its own bucket, and a larger one goes to bucket
+# $e + \lfloor \log(d / e) / \log(\mathit{max\_distance} / e)
+# \cdot (n - e) \rfloor$, at most $n - 1$ (compute the first logarithm
+# in float32, the tensors' default). Output: an integer tensor of the
+# shape of `offset`.
+
+# %% tags=["solution", "hide-input"]
+def bucket(offset, bidirectional, n_buckets=32, max_distance=128):
+    ### BEGIN SOLUTION
+    if bidirectional:
+        n = n_buckets // 2
+        d = offset.abs()
+        half = torch.where(offset > 0, n, 0)  # keys after: upper half
+    else:
+        n = n_buckets
+        d = (-offset).clamp(min=0)  # keys after count as distance 0
+        half = torch.zeros_like(offset)
+    e = n // 2  # exact buckets
+    log_ratio = torch.log(d.clamp(min=1) / e) / math.log(max_distance / e)
+    far = (e + (log_ratio * (n - e)).long()).clamp(max=n - 1)
+    return half + torch.where(d < e, d, far)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+offsets = torch.arange(-300, 301)
+for n_buckets, max_distance in ((32, 128), (16, 40)):
+    expect_equal(f"bucket(offsets, True, {n_buckets}, {max_distance})",
+                 bucket(offsets, True, n_buckets, max_distance),
+                 t5_bucket(offsets, bidirectional=True, n_buckets=n_buckets,
+                           max_distance=max_distance),
+                 hint="bidirectional: keys after the query (j - i > 0) "
+                 "take the upper half, n = n_buckets // 2 buckets per "
+                 "half")  # fmt: skip
+
+# %% tags=["check"]
+for n_buckets, max_distance in ((32, 128), (16, 40)):
+    expect_equal(f"bucket(offsets, False, {n_buckets}, {max_distance})",
+                 bucket(offsets, False, n_buckets, max_distance),
+                 t5_bucket(offsets, bidirectional=False,
+                           n_buckets=n_buckets, max_distance=max_distance),
+                 hint="causal: all n_buckets serve keys at or before the "
+                 "query, and keys after it count as distance 0")
+
+# %% [markdown]
+# ### Exercise 9.4: Shaw's relative keys (2 points)
+#
+# Write `shaw_bias(query, table, query_positions, key_positions)`,
+# the bias $b_{ij} = q_i\, a_{\mathrm{clip}(j - i, -k, k)}^\top /
+# \sqrt{D}$ of Shaw's relative keys, where `table` $(2k + 1, D)$ holds
+# $a_{-k}, \dots, a_k$ in its rows $0, \dots, 2k$. Shapes: `query`
+# $(B, H, L_q, D)$, `query_positions` $(L_q,)$, `key_positions`
+# $(L_k,)$; output $(B, H, L_q, L_k)$. Build no $(L_q, L_k, D)$
+# tensor: multiply each query with each of the $2k + 1$ rows once, then
+# pick, for every pair $(i, j)$, the product of its offset.
+
+# %% tags=["solution", "hide-input"]
+def shaw_bias(query, table, query_positions, key_positions):
+    ### BEGIN SOLUTION
+    k = (table.size(0) - 1) // 2
+    offset = key_positions.unsqueeze(0) - query_positions.unsqueeze(1)
+    row = offset.clamp(-k, k) + k  # (Lq, Lk), rows of the table
+    per_row = query @ table.T / math.sqrt(query.size(-1))  # (B,H,Lq,2k+1)
+    index = row.expand(*per_row.shape[:-1], -1)  # (B, H, Lq, Lk)
+    return per_row.gather(-1, index)  # (B, H, Lq, Lk)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+shaw = ShawRelativeKeys(8, max_distance=3).to(f64)
+with torch.no_grad():
+    shaw.table.weight.copy_(torch.randn(7, 8, generator=gen))
+query = torch.randn(2, 3, 6, 8, generator=gen, dtype=f64)  # (B,H,Lq,D)
+query_positions, key_positions = torch.arange(20, 26), torch.arange(26)
+expect_close("shaw_bias(query, table, 20..25, 0..25)",
+             shaw_bias(query, shaw.table.weight.detach(), query_positions,
+                       key_positions),
+             shaw.bias(query, query_positions, key_positions).detach(),
+             hint="row clip(j - i, -k, k) + k of the table, with j - i "
+             "the key's position minus the query's; divide by "
+             "sqrt(D)")  # fmt: skip
+
+# %% tags=["check"]
+table = torch.randn(3, 8, generator=gen, dtype=f64)  # k = 1
+got = shaw_bias(query, table, torch.arange(6), torch.arange(6))
+want = torch.empty(2, 3, 6, 6, dtype=f64)
+for i in range(6):
+    for j in range(6):  # the formula, one pair at a time
+        a = table[min(max(j - i, -1), 1) + 1]  # (D,)
+        want[..., i, j] = query[..., i, :] @ a / math.sqrt(8)
+expect_close("shaw_bias with k = 1", got, want,
+             hint="k comes from the table: it has 2k + 1 rows; every "
+             "offset beyond k uses the last row, a_k")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 9.5: buckets that training never reaches (1 point)
+#
+# A row of T5's table receives a gradient only if some pair of
+# positions in a training sequence falls in its bucket; the others stay
+# at zero, and sequences longer than any in training meet them. Write
+# `unreached_buckets(train_len, test_len, bidirectional)`: the sorted
+# list of the buckets (32 buckets, `max_distance` 128, with your
+# `bucket`) that some pair of positions of a `test_len`-token sequence
+# falls in, but no pair of a sequence of at most `train_len` tokens.
+
+# %% tags=["solution", "hide-input"]
+def unreached_buckets(train_len, test_len, bidirectional):
+    ### BEGIN SOLUTION
+    def reached(length):
+        offsets = torch.arange(-(length - 1), length)  # every j - i
+        return set(bucket(offsets, bidirectional).tolist())
+
+    return sorted(reached(test_len) - reached(train_len))
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+def buckets_of(length, bidirectional):
+    """The buckets of every pair of positions of a sequence of length
+    tokens, by the package's t5_bucket."""
+    positions = torch.arange(length)
+    offsets = positions.unsqueeze(0) - positions.unsqueeze(1)  # (L, L)
+    found = t5_bucket(offsets, bidirectional=bidirectional)  # (L, L)
+    return set(found.flatten().tolist())
+
+
+for train_len, test_len in ((10, 34), (34, 300)):
+    for bidirectional in (True, False):
+        expect_equal(f"unreached_buckets({train_len}, {test_len}, "
+                     f"{bidirectional})",
+                     unreached_buckets(train_len, test_len, bidirectional),
+                     sorted(buckets_of(test_len, bidirectional)
+                            - buckets_of(train_len, bidirectional)),
+                     hint="an L-token sequence has every offset j - i "
+                     "from -(L - 1) to L - 1; take the set of their "
+                     "buckets at each length, and the difference")
+
+# %% [markdown]
+# ### Exercise 9.6: attention through the seam (2 points)
+#
+# Write `relative_attention(q, k, v, scheme, mask=None)`, attention
+# with a `RelativePosition` `scheme`. The keys sit at positions
+# $0, \dots, L_k - 1$ and the $L_q \le L_k$ queries at the *last* $L_q$
+# of them, as in a cached decoding step. Rotate the queries and the
+# keys with `scheme.rotate(x, positions)`, ask for the bias with
+# `scheme.bias(rotated_q, query_positions, key_positions)` (`None`
+# for RoPE), and return
+# $\mathrm{softmax}(q k^\top / \sqrt{D} + b)\, v$, where the bool
+# `mask` (True = may attend; every query may attend to some key) hides
+# keys. Shapes: `q` $(B, H, L_q, D)$, `k` and `v` $(B, H, L_k, D)$,
+# `mask` broadcasting to $(B, H, L_q, L_k)$; output $(B, H, L_q, D)$.
+
+# %% tags=["solution", "hide-input"]
+def relative_attention(q, k, v, scheme, mask=None):
+    ### BEGIN SOLUTION
+    Lq, Lk = q.size(-2), k.size(-2)
+    key_positions = torch.arange(Lk)  # (Lk,)
+    query_positions = key_positions[Lk - Lq :]  # (Lq,): the last Lq
+    q = scheme.rotate(q, query_positions)  # (B, H, Lq, D)
+    k = scheme.rotate(k, key_positions)  # (B, H, Lk, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    bias = scheme.bias(q, query_positions, key_positions)
+    if bias is not None:
+        scores = scores + bias  # (B, H, Lq, Lk)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    return scores.softmax(dim=-1) @ v  # (B, H, Lq, D)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+causal = causal_mask(7)  # (1, L, L)
+for name, mha in attention_with.items():
+    with torch.no_grad():
+        want = mha(x, x, x, causal)  # (B, L, C)
+        got = relative_attention(heads, heads, heads, mha.position,
+                                 causal)  # (B, H, L, D)
+    expect_close(f"relative_attention with {name}",
+                 got.transpose(1, 2).reshape(2, 7, 16), want,
+                 hint="rotate queries and keys by their own positions, "
+                 "then add the bias to the scaled scores, before the "
+                 "mask")  # fmt: skip
+
+# %% tags=["check"]
+for name, mha in attention_with.items():
+    with torch.no_grad():
+        want = mha(x, x, x, causal).view(2, 7, 4, 4).transpose(1, 2)
+        last = relative_attention(heads[..., 6:, :], heads, heads,
+                                  mha.position)  # (B, H, 1, D)
+        three = relative_attention(heads[..., 4:, :], heads, heads,
+                                   mha.position, causal[:, 4:])
+    expect_close(f"the last query alone, {name}", last, want[..., 6:, :],
+                 hint="the queries are the last Lq positions, "
+                 "Lk - Lq .. Lk - 1, not 0 .. Lq - 1")  # fmt: skip
+    expect_close(f"the last three queries, {name}", three,
+                 want[..., 4:, :],
+                 hint="the queries are the last Lq positions, "
+                 "Lk - Lq .. Lk - 1, not 0 .. Lq - 1")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 1
+# message: Hint: pair coordinates 2i and 2i+1
+# def rope(x, positions, base=10000.0):
+#     D = x.size(-1)
+#     two_i = torch.arange(0, D, 2, dtype=x.dtype)
+#     theta = base ** (-two_i / D)
+#     angles = positions.to(x.dtype).unsqueeze(1) * theta
+#     cos, sin = angles.cos(), angles.sin()
+#     first, second = x[..., : D // 2], x[..., D // 2 :]
+#     return torch.cat((first * cos - second * sin,
+#                       first * sin + second * cos), dim=-1)

@@ -906,3 +906,345 @@ assert repeat_xl > 0.95, repeat_xl
 #    layer sharing the embedding matrix. Compare the parameter count, the
 #    untrained perplexity and the final one. Why does a tied model,
 #    untrained, predict that its input token comes again?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Eight exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+
+from transformer_lite import causal_mask, scaled_dot_product_attention
+from transformer_lite.classroom import expect, expect_close, expect_equal
+from transformer_lite.lm import (
+    make_lm,
+    perplexity,
+    segments,
+    top_k_filter,
+    top_p_filter,
+)
+from transformer_lite.lm import token_losses as losses_per_token
+from transformer_lite.tokens import PAD_ID
+
+gen = torch.Generator().manual_seed(10)
+V = 12  # a small vocabulary
+# (B, V): next-token scores of four rows, in float64
+scores = 2 * torch.randn(4, V, generator=gen, dtype=torch.float64)
+stream = torch.randint(3, V, (2, 9), generator=gen)  # (B, L) token ids
+
+# %% [markdown]
+# ### Exercise 10.1: inputs and targets (1 point)
+#
+# A causal language model reads tokens $x_0, \dots, x_{L-2}$ and is
+# scored, at every position $t$, on the next token $x_{t+1}$. Write
+# `shift_targets(tokens)`: from token ids of shape $(B, L)$, the pair
+# `(inputs, targets)`, both of shape $(B, L - 1)$.
+
+# %% tags=["solution", "hide-input"]
+def shift_targets(tokens):
+    ### BEGIN SOLUTION
+    return tokens[:, :-1], tokens[:, 1:]  # (B, L - 1) each
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+inputs, targets = shift_targets(stream)
+want_inputs, want_targets = next(segments(stream, stream.size(1)))
+expect_equal("inputs", inputs, want_inputs,
+             hint="the inputs are every token but the last")  # fmt: skip
+expect_equal("targets", targets, want_targets,
+             hint="the target at position t is token t + 1: drop the "
+             "first token, not the last")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 10.2: temperature (2 points)
+#
+# Write `tempered_probs(logits, tau)`, the distribution
+# $\mathrm{softmax}(z / \tau)$ along the last axis for $\tau > 0$. For
+# $\tau = 0$ (greedy) it is one-hot: all the probability on the most
+# likely token, the lowest id among equal maxima (`argmax` picks it).
+
+# %% tags=["solution", "hide-input"]
+def tempered_probs(logits, tau):
+    ### BEGIN SOLUTION
+    if tau == 0:
+        best = logits.argmax(dim=-1, keepdim=True)  # (..., 1)
+        return torch.zeros_like(logits).scatter(-1, best, 1.0)
+    return torch.softmax(logits / tau, dim=-1)  # (..., V)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for tau in (0.5, 1.0, 3.0):
+    expect_close(f"tempered_probs(scores, {tau})",
+                 tempered_probs(scores, tau),
+                 torch.softmax(scores / tau, dim=-1),
+                 hint="divide the scores by tau, then take the softmax "
+                 "along the last axis")  # fmt: skip
+
+# %% tags=["check"]
+tied = torch.tensor([[1.0, 3.0, 3.0, 0.0]], dtype=torch.float64)
+expect_close("tempered_probs(tied, 0)", tempered_probs(tied, 0),
+             torch.tensor([[0.0, 1.0, 0.0, 0.0]], dtype=torch.float64),
+             hint="tau = 0 is greedy: probability 1 on the first "
+             "largest score (argmax), 0 elsewhere; never divide by "
+             "tau = 0")  # fmt: skip
+expect_close("tempered_probs(scores, 0)", tempered_probs(scores, 0),
+             torch.eye(V, dtype=torch.float64)[scores.argmax(dim=-1)],
+             hint="one one-hot row per row of scores")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 10.3: top-$k$, ties kept (2 points)
+#
+# Write `keep_top_k(logits, k)`: the logits, with $-\infty$ for every
+# token strictly less likely than the $k$-th most likely of its row.
+# Every token tied with the $k$-th stays, so more than $k$ may stay; a
+# $k$ larger than V keeps every token.
+
+# %% tags=["solution", "hide-input"]
+def keep_top_k(logits, k):
+    ### BEGIN SOLUTION
+    k = min(k, logits.size(-1))
+    ranked = logits.sort(dim=-1, descending=True).values  # (..., V)
+    kth = ranked[..., k - 1 : k]  # (..., 1)
+    return logits.masked_fill(logits < kth, -math.inf)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for k in (1, 3, 5):
+    expect_close(f"keep_top_k(scores, {k})", keep_top_k(scores, k),
+                 top_k_filter(scores, k),
+                 hint="keep the k largest logits of each row (along the "
+                 "last axis) as they are, and set the others to -inf, "
+                 "not to 0")  # fmt: skip
+
+# %% tags=["check"]
+tied = torch.tensor([[0.5, 2.0, 1.0, 1.0, -1.0]], dtype=torch.float64)
+expect_close("keep_top_k(tied, 2)", keep_top_k(tied, 2),
+             top_k_filter(tied, 2),
+             hint="compare every logit with the k-th largest value "
+             "instead of keeping exactly k tokens: a tie with the k-th "
+             "stays")  # fmt: skip
+expect_close(f"keep_top_k(scores, {V + 3})", keep_top_k(scores, V + 3),
+             scores, hint="a k larger than V keeps every token")
+
+# %% [markdown]
+# ### Exercise 10.4: top-$p$, the nucleus (2 points)
+#
+# Write `keep_top_p(logits, p)` for $0 < p \le 1$: the logits, with
+# $-\infty$ outside the nucleus, the smallest set of most likely tokens
+# whose probabilities add up to at least $p$. In other words, a token
+# stays when the tokens strictly more likely than it hold less than $p$
+# of the probability: the token whose probability carries the sum past
+# $p$ stays, the most likely token always stays, and ties stay together.
+
+# %% tags=["solution", "hide-input"]
+def keep_top_p(logits, p):
+    ### BEGIN SOLUTION
+    ranked = logits.sort(dim=-1, descending=True).values  # (..., V)
+    probs = ranked.softmax(dim=-1)  # (..., V), most likely first
+    before = probs.cumsum(dim=-1) - probs  # the mass above each token
+    # the least likely logit kept; ties with it stay too
+    last = ranked.masked_fill(before >= p, math.inf).amin(-1, keepdim=True)
+    return logits.masked_fill(logits < last, -math.inf)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for p in (0.3, 0.6, 0.9, 1.0):
+    expect_close(f"keep_top_p(scores, {p})", keep_top_p(scores, p),
+                 top_p_filter(scores, p),
+                 hint="keep the token that crosses p: a token stays when "
+                 "the mass of the tokens before it, its own left out, is "
+                 "below p")  # fmt: skip
+
+# %% tags=["check"]
+alone = torch.full_like(scores, -math.inf)
+alone.scatter_(-1, scores.argmax(dim=-1, keepdim=True),
+               scores.amax(dim=-1, keepdim=True))  # fmt: skip
+expect_close("keep_top_p(scores, 1e-9)", keep_top_p(scores, 1e-9), alone,
+             hint="the most likely token always stays, even for a tiny "
+             "p")  # fmt: skip
+tied = torch.tensor([[2.0, 2.0, 1.0, 0.0]], dtype=torch.float64)
+expect_close("keep_top_p(tied, 0.3)", keep_top_p(tied, 0.3),
+             top_p_filter(tied, 0.3),
+             hint="a token exactly as likely as a kept one stays too: "
+             "compare values, not places in the sorted order")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 10.5: the distribution a sampler draws from (1 point)
+#
+# Write `sampling_probs(logits, tau, top_k=None, top_p=None)`: the
+# temperature first (exercise 10.2; $\tau = 0$ is greedy and ignores
+# the filters), then top-$k$ if given, then top-$p$ if given, on the
+# tempered logits, and last a softmax over the tokens kept, so that
+# their probabilities add up to 1 again. Build it from your functions
+# above.
+
+# %% tags=["solution", "hide-input"]
+def sampling_probs(logits, tau, top_k=None, top_p=None):
+    ### BEGIN SOLUTION
+    if tau == 0:
+        return tempered_probs(logits, 0)
+    logits = logits / tau
+    if top_k is not None:
+        logits = keep_top_k(logits, top_k)
+    if top_p is not None:
+        logits = keep_top_p(logits, top_p)
+    return logits.softmax(dim=-1)  # (..., V), zero outside the kept
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+want = top_p_filter(top_k_filter(scores / 0.7, 6), 0.8).softmax(dim=-1)
+expect_close("sampling_probs(scores, 0.7, 6, 0.8)",
+             sampling_probs(scores, 0.7, top_k=6, top_p=0.8), want,
+             hint="divide by tau before the filters (the nucleus is "
+             "taken from the tempered distribution), apply top-k before "
+             "top-p, and end with a softmax")  # fmt: skip
+want = top_p_filter(scores / 2.0, 0.5).softmax(dim=-1)
+expect_close("sampling_probs(scores, 2.0, top_p=0.5)",
+             sampling_probs(scores, 2.0, top_p=0.5), want,
+             hint="top_k=None means no top-k filter")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 10.6: perplexity from token losses (2 points)
+#
+# The package's `token_losses(model, stream, segment_len=T)`, imported
+# as `losses_per_token`, returns the loss of every predicted token, in
+# nats, and a bool mask `counted` of the tokens that count (a padding
+# target does not; its loss is 0). Write
+# `perplexity_from_losses(losses, counted)`: the perplexity
+# $\exp\big(\frac{1}{N}\sum \mathrm{loss}\big)$ over the N counted
+# tokens, as a Python float.
+
+# %% tags=["solution", "hide-input"]
+def perplexity_from_losses(losses, counted):
+    ### BEGIN SOLUTION
+    mean = losses[counted].sum() / counted.sum()  # nats per token
+    return math.exp(float(mean))
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+torch.manual_seed(10)
+lm = make_lm(V, n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
+padded = stream.clone()
+padded[1, 5:] = PAD_ID  # the second row is shorter
+losses, counted = losses_per_token(lm, padded, segment_len=4)
+expect_close("perplexity_from_losses(losses, counted)",
+             torch.tensor(float(perplexity_from_losses(losses, counted))),
+             torch.tensor(perplexity(lm, padded, segment_len=4)),
+             hint="average over the counted tokens only: a padding "
+             "target is in neither the sum nor N")  # fmt: skip
+
+# %% tags=["check"]
+flat = torch.full((3, 5), math.log(V), dtype=torch.float64)
+expect_close("perplexity of a uniform guess",
+             torch.tensor(float(perplexity_from_losses(
+                 flat, torch.ones(3, 5, dtype=torch.bool)))),
+             torch.tensor(float(V)),
+             hint="the losses are in nats: take exp of the mean, not "
+             "2 to its power")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 10.7: the mask of a segment with a memory (1 point)
+#
+# With a memory of M positions, a segment's T queries are the last T
+# of $M + T$ keys: query $i$ sits at position $M + i$ and may attend to
+# keys $0, \dots, M + i$. Write `memory_mask(T, M)`, the $(T, M + T)$
+# bool mask (True = may attend), whose diagonal ends in the
+# bottom-right corner. $M = 0$ must give the ordinary causal mask.
+
+# %% tags=["solution", "hide-input"]
+def memory_mask(T, M):
+    ### BEGIN SOLUTION
+    keys = torch.arange(M + T)  # (M + T,)
+    queries = torch.arange(M, M + T)  # (T,) their positions
+    return keys[None] <= queries[:, None]  # (T, M + T)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for T, M in ((4, 4), (3, 5), (4, 0)):
+    expect_equal(f"memory_mask({T}, {M})", memory_mask(T, M),
+                 causal_mask(M + T)[0, M:],
+                 hint="query i sits at position M + i: it sees the whole "
+                 "memory and its segment up to itself (torch.tril "
+                 "alone puts the diagonal in the top-left "
+                 "corner)")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 10.8: attention over a segment memory (2 points)
+#
+# One head of Transformer-XL's attention. The segment's hidden states
+# $h$, of shape $(B, T, C)$, give the queries, $q = h W^Q$; the memory
+# $m$, $(B, M, C)$, followed by $h$ gives the keys and values,
+# $k = [\mathrm{SG}(m); h]\, W^K$ and $v = [\mathrm{SG}(m); h]\, W^V$,
+# where $W^Q, W^K, W^V$ are matrices of shape $(C, D)$. Write
+# `attend_with_memory(h, memory, w_q, w_k, w_v)`, returning
+# $\mathrm{softmax}(q k^\top / \sqrt{D})\, v$ under `memory_mask`, of
+# shape $(B, T, D)$. SG stops the gradient: no gradient may reach the
+# memory.
+
+# %% tags=["solution", "hide-input"]
+def attend_with_memory(h, memory, w_q, w_k, w_v):
+    ### BEGIN SOLUTION
+    T, M = h.size(1), memory.size(1)
+    both = torch.cat([memory.detach(), h], dim=1)  # (B, M + T, C)
+    q = h @ w_q  # (B, T, D)
+    k, v = both @ w_k, both @ w_v  # (B, M + T, D)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, T, M + T)
+    s = s.masked_fill(~memory_mask(T, M), -math.inf)
+    return s.softmax(dim=-1) @ v  # (B, T, D)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+C, D = 8, 4
+w_q, w_k, w_v = (torch.randn(C, D, generator=gen, dtype=torch.float64)
+                 for _ in range(3))  # fmt: skip
+before = torch.randn(2, 3, C, generator=gen, dtype=torch.float64)
+now = torch.randn(2, 4, C, generator=gen, dtype=torch.float64)
+text = torch.cat([before, now], dim=1)  # (B, M + T, C): one pass
+want = scaled_dot_product_attention(text @ w_q, text @ w_k, text @ w_v,
+                                    causal_mask(7))[0][:, 3:]  # fmt: skip
+expect_close("attend_with_memory(now, before, ...)",
+             attend_with_memory(now, before, w_q, w_k, w_v), want,
+             hint="with the previous segment as memory, the result is "
+             "the last T rows of causal attention over both: keys and "
+             "values are [memory; h], queries h alone")  # fmt: skip
+want = scaled_dot_product_attention(now @ w_q, now @ w_k, now @ w_v,
+                                    causal_mask(4))[0]  # fmt: skip
+expect_close("attend_with_memory(now, empty memory, ...)",
+             attend_with_memory(now, now[:, :0], w_q, w_k, w_v), want,
+             hint="an empty memory (M = 0) is plain causal "
+             "attention")  # fmt: skip
+
+# %% tags=["check"]
+memory = before.clone().requires_grad_()
+h = now.clone().requires_grad_()
+attend_with_memory(h, memory, w_q, w_k, w_v).sum().backward()
+expect(memory.grad is None,
+       "a gradient reached the memory, which should be a constant",
+       hint="stop the gradient: use memory.detach()")  # fmt: skip
+expect(h.grad is not None and bool(h.grad.abs().sum() > 0),
+       "no gradient reached h",
+       hint="detach the memory only, not the segment")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 4
+# message: Hint: keep the token that crosses p
+# def keep_top_p(logits, p):
+#     probs = logits.softmax(dim=-1)
+#     ranked, order = probs.sort(dim=-1, descending=True)
+#     drop = ranked.cumsum(dim=-1) > p
+#     drop = drop.scatter(-1, order, drop)
+#     return logits.masked_fill(drop, -math.inf)

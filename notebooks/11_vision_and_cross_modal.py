@@ -849,3 +849,319 @@ assert share >= 0.90, share
 # 6. **Layer by layer.** Draw the class token's attention maps of the
 #    first layer beside those of the last. Which follow the ink more
 #    closely, and why?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Seven exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+import torch.nn.functional as F
+
+from transformer_lite import MultiHeadAttention
+from transformer_lite.classroom import (
+    expect_close,
+    expect_equal,
+    expect_raises,
+)
+from transformer_lite.vision import (
+    PatchPositions,
+    VisionTransformer,
+    ViTConfig,
+    window_mask,
+)
+
+gen = torch.Generator().manual_seed(11)
+# (B, K, Hi, Wi): two images of 3 channels and 6 x 8 pixels, in float64
+images = torch.rand(2, 3, 6, 8, generator=gen, dtype=torch.float64)
+
+# %% [markdown]
+# ### Exercise 11.1: patches (2 points)
+#
+# Write `patchify(images, P)`: cut images of shape $(B, K, H_i, W_i)$
+# into square patches of $P \times P$ pixels, read row by row, and
+# flatten each, channel first, then pixel row, then pixel column (the
+# order of `F.unfold`). The result has shape $(B, N, K P^2)$ with
+# $N = H_i W_i / P^2$. Raise a `ValueError` when $P$ does not divide
+# both $H_i$ and $W_i$.
+
+# %% tags=["solution", "hide-input"]
+def patchify(images, P):
+    ### BEGIN SOLUTION
+    B, K, Hi, Wi = images.shape
+    if Hi % P or Wi % P:
+        raise ValueError(f"patches of {P}x{P} do not tile {Hi}x{Wi}")
+    h, w = Hi // P, Wi // P
+    x = images.reshape(B, K, h, P, w, P)
+    x = x.permute(0, 2, 4, 1, 3, 5)  # (B, h, w, K, P, P)
+    return x.reshape(B, h * w, K * P * P)  # (B, N, K P^2)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for P in (2, 1):
+    want = F.unfold(images, P, stride=P).transpose(1, 2)  # (B, N, K P^2)
+    expect_close(f"patchify(images, {P})", patchify(images, P), want,
+                 hint="a patch is P x P neighbouring pixels: reshape to "
+                 "(B, K, h, P, w, P) and bring the axes into the order "
+                 "(B, h, w, K, P, P) before flattening")  # fmt: skip
+
+# %% tags=["check"]
+expect_raises(ValueError, lambda: patchify(images, 4),
+              hint="4 divides the width 8 but not the height 6: check "
+              "both")  # fmt: skip
+expect_raises(ValueError, lambda: patchify(images, 3),
+              hint="3 divides the height 6 but not the width 8: check "
+              "both")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 11.2: the patch embedding (1 point)
+#
+# Write `embed_patches(images, weight, bias, P)`: every flattened patch
+# $x_p$ times one matrix, $x_p E + b$, where `weight` of shape
+# $(C, K P^2)$ is $E^\top$ (as in `nn.Linear`) and `bias` has shape
+# $(C,)$. The result has shape $(B, N, C)$. The check compares it with
+# a convolution whose kernel and stride are the patch.
+
+# %% tags=["solution", "hide-input"]
+def embed_patches(images, weight, bias, P):
+    ### BEGIN SOLUTION
+    return patchify(images, P) @ weight.T + bias  # (B, N, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+weight = torch.randn(5, 3 * 2 * 2, generator=gen, dtype=torch.float64)
+bias = torch.randn(5, generator=gen, dtype=torch.float64)
+kernel = weight.view(5, 3, 2, 2)  # (C, K, P, P)
+want = F.conv2d(images, kernel, bias, stride=2)  # (B, C, h, w)
+expect_close("embed_patches(images, weight, bias, 2)",
+             embed_patches(images, weight, bias, 2),
+             want.flatten(2).transpose(1, 2),
+             hint="multiply each patch by weight transposed (weight is "
+             "(C, K P^2), as nn.Linear keeps it) and add the bias to "
+             "every patch")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 11.3: positions of rows and columns (1 point)
+#
+# The `"2d"` positions learn a vector per row of patches and one per
+# column. Write `grid_positions(rows, columns)`: from `rows` of shape
+# $(h, C)$ and `columns` of shape $(w, C)$, the table of shape
+# $(h w, C)$ whose entry for the patch in row $i$ and column $j$,
+# number $i w + j$ (row by row), is $r_i + c_j$.
+
+# %% tags=["solution", "hide-input"]
+def grid_positions(rows, columns):
+    ### BEGIN SOLUTION
+    grid = rows[:, None] + columns[None]  # (h, w, C)
+    return grid.flatten(0, 1)  # (h w, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+torch.manual_seed(11)
+positions = PatchPositions((3, 4), 6, kind="2d")
+expect_close("grid_positions(rows, columns)",
+             grid_positions(positions.rows, positions.columns),
+             positions.table(),
+             hint="patch i * w + j is rows[i] + columns[j]: the row "
+             "index changes slowest")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 11.4: the class token (2 points)
+#
+# Write `vit_tokens(vit, images)`, the sequence a `VisionTransformer`
+# hands its encoder: the patch embeddings (`vit.patch_embed`) plus
+# their positions (`vit.positions`), with the class token
+# (`vit.class_token`, of shape $(1, 1, C)$, carrying no position) in
+# front, of shape $(B, 1 + N, C)$. Then write `vit_classify(vit,
+# images)`: the encoder (`vit.encoder(tokens, None)`), and the head
+# (`vit.head`) on the class token's output, of shape $(B, 10)$.
+
+# %% tags=["solution", "hide-input"]
+def vit_tokens(vit, images):
+    ### BEGIN SOLUTION
+    x = vit.positions(vit.patch_embed(images))  # (B, N, C)
+    cls = vit.class_token.expand(x.size(0), -1, -1)  # (B, 1, C)
+    return torch.cat([cls, x], dim=1)  # (B, 1 + N, C)
+    ### END SOLUTION
+
+
+def vit_classify(vit, images):
+    ### BEGIN SOLUTION
+    out = vit.encoder(vit_tokens(vit, images), None)  # (B, 1 + N, C)
+    return vit.head(out[:, 0])  # (B, 10)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+torch.manual_seed(11)
+tiny_vit = VisionTransformer(ViTConfig(
+    image_size=(4, 6), patch_size=(2, 2), n_layers=1, d_model=16,
+    d_ff=32, n_heads=2, dropout=0.0, position="2d")).double().eval()
+with torch.no_grad():
+    tiny_vit.class_token.normal_()  # not zeros, so that it shows
+digits = torch.rand(3, 1, 4, 6, generator=gen, dtype=torch.float64)
+seen = []
+
+
+def keep_input(module, args):
+    seen.append(args[0])
+
+
+hook = tiny_vit.encoder.register_forward_pre_hook(keep_input)
+with torch.no_grad():
+    tiny_vit.features(digits)
+hook.remove()
+expect_close("vit_tokens(vit, digits)", vit_tokens(tiny_vit, digits),
+             seen[0],
+             hint="add the positions to the patches first, then put "
+             "the class token in front (index 0): it carries no "
+             "position")  # fmt: skip
+
+# %% tags=["check"]
+expect_close("vit_classify(vit, digits)", vit_classify(tiny_vit, digits),
+             tiny_vit(digits),
+             hint="classify the class token's output (position 0), not "
+             "a patch's or their mean")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 11.5: window masks (2 points)
+#
+# Write `windows(grid, window, class_tokens=False)`: for a grid of
+# $h \times w$ patches, read row by row, cut into windows of
+# $h_w \times w_w$ patches (which tile it), the $(L, L)$ bool mask that
+# is True where two tokens lie in the same window. Number the windows
+# row by row too. With `class_tokens`, the tokens start with one class
+# token per window, window $k$'s first, which belongs to its window;
+# then $L$ counts them.
+
+# %% tags=["solution", "hide-input"]
+def windows(grid, window, class_tokens=False):
+    ### BEGIN SOLUTION
+    h, w = grid
+    hw, ww = window
+    rows = torch.arange(h)[:, None].expand(h, w).flatten()  # (N,)
+    cols = torch.arange(w).repeat(h)  # (N,)
+    cell = rows // hw * (w // ww) + cols // ww  # (N,) each one's window
+    if class_tokens:
+        n_windows = (h // hw) * (w // ww)
+        cell = torch.cat([torch.arange(n_windows), cell])  # (L,)
+    return cell[:, None] == cell[None]  # (L, L)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+expect_equal("windows((4, 6), (2, 3))", windows((4, 6), (2, 3)),
+             window_mask((4, 6), (2, 3)),
+             hint="a patch at row r and column c lies in window "
+             "(r // h_w) * (w // w_w) + c // w_w")  # fmt: skip
+
+# %% tags=["check"]
+expect_equal("windows((4, 6), (2, 3), class_tokens=True)",
+             windows((4, 6), (2, 3), class_tokens=True),
+             window_mask((4, 6), (2, 3), class_tokens=True),
+             hint="put one class token per window in front, window 0's "
+             "first: class token k attends to window k's patches and "
+             "they to it")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 11.6: cross-attention weights (2 points)
+#
+# A decoder's cross-attention reads image patches: the queries come
+# from the decoder's states `x`, $(B, T, C)$, the keys from the image's
+# `memory`, $(B, S, C)$. Write `cross_attention_weights(x, memory, w_q,
+# w_k, n_heads, memory_mask=None)`, where `w_q` and `w_k` are
+# `nn.Linear` layers: the weights $\mathrm{softmax}(q k^\top /
+# \sqrt{D})$ of every head, of shape $(B, H, T, S)$, with
+# $D = C / H$. An optional `memory_mask` of shape $(B, S)$ says which
+# memory positions may be read (True = may attend); the others get
+# weight 0.
+
+# %% tags=["solution", "hide-input"]
+def cross_attention_weights(x, memory, w_q, w_k, n_heads,
+                            memory_mask=None):
+    ### BEGIN SOLUTION
+    B, T, C = x.shape
+    D = C // n_heads
+    q = w_q(x).view(B, T, n_heads, D).transpose(1, 2)  # (B, H, T, D)
+    k = w_k(memory).view(B, -1, n_heads, D).transpose(1, 2)  # (B, H, S, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, S)
+    if memory_mask is not None:
+        readable = memory_mask[:, None, None]  # (B, 1, 1, S)
+        scores = scores.masked_fill(~readable, -math.inf)
+    return scores.softmax(dim=-1)  # (B, H, T, S)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+torch.manual_seed(11)
+C, H = 8, 2
+cross = MultiHeadAttention(C, H, dropout=0.0).double()
+cross.keep_weights = True
+x = torch.randn(2, 3, C, generator=gen, dtype=torch.float64)  # (B, T, C)
+memory = torch.randn(2, 5, C, generator=gen, dtype=torch.float64)
+cross(x, memory, memory)
+expect_close("cross_attention_weights(x, memory, ...)",
+             cross_attention_weights(x, memory, cross.w_q, cross.w_k, H),
+             cross.weights,
+             hint="split C into H heads of D = C / H after projecting, "
+             "scale by sqrt(D), not sqrt(C), and take the softmax over "
+             "the memory axis (the last)")  # fmt: skip
+
+# %% tags=["check"]
+readable = torch.tensor([[True] * 5, [True, True, True, False, False]])
+cross(x, memory, memory, mask=readable[:, None])  # (B, 1, S)
+expect_close("cross_attention_weights(..., memory_mask)",
+             cross_attention_weights(x, memory, cross.w_q, cross.w_k, H,
+                                     memory_mask=readable),
+             cross.weights,
+             hint="fill the scores of unreadable positions with -inf "
+             "before the softmax, for every head and query: "
+             "memory_mask[:, None, None]")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 11.7: weight per window (1 point)
+#
+# Chapter 11 added up a word's cross-attention weight on the patches of
+# one digit cell. Write `weight_per_window(weights, grid, window)`:
+# from weights of shape $(\dots, N)$ over the $h \times w$ patches of
+# `grid` (row by row), the total weight on each window of
+# $h_w \times w_w$ patches, of shape $(\dots, n)$ for $n$ windows,
+# numbered row by row as in exercise 11.5.
+
+# %% tags=["solution", "hide-input"]
+def weight_per_window(weights, grid, window):
+    ### BEGIN SOLUTION
+    (h, w), (hw, ww) = grid, window
+    x = weights.unflatten(-1, (h // hw, hw, w // ww, ww))
+    return x.sum(dim=(-3, -1)).flatten(-2)  # (..., n windows)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+weights = torch.randn(2, 3, 24, generator=gen, dtype=torch.float64)
+weights = weights.softmax(dim=-1)  # (B, T, N), N = 4 x 6 patches
+member = window_mask((4, 6), (2, 3), class_tokens=True)[:4, 4:]  # (4, N)
+expect_close("weight_per_window(weights, (4, 6), (2, 3))",
+             weight_per_window(weights, (4, 6), (2, 3)),
+             weights @ member.double().T,
+             hint="window k holds the patches with (row // h_w, "
+             "column // w_w) equal to k's place; number the windows row "
+             "by row")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 1
+# message: Hint: a patch is P x P neighbouring pixels
+# def patchify(images, P):
+#     B, K, Hi, Wi = images.shape
+#     if Hi % P or Wi % P:
+#         raise ValueError(f"patches of {P}x{P} do not tile {Hi}x{Wi}")
+#     return images.reshape(B, (Hi // P) * (Wi // P), K * P * P)

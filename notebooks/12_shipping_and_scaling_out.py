@@ -667,3 +667,351 @@ assert all(whole / 2 < b < whole for b in tensor_bytes)
 #    decoder on the other, sending the memory between them
 #    (`torch.distributed.send`/`recv`). Why is one process idle half of
 #    the time, and how do micro-batches help?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Eight exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_lite import FeedForward, MultiHeadAttention
+from transformer_lite.classroom import (
+    expect,
+    expect_close,
+    expect_equal,
+    expect_tensor,
+)
+
+gen = torch.Generator().manual_seed(12)
+# (out, in): a float32 weight matrix whose third row is all zeros
+W = torch.randn(6, 10, generator=gen)
+W[2] = 0.0
+b = torch.randn(6, generator=gen)  # its bias
+X = torch.randn(4, 10, generator=gen)  # (N, in): inputs, row by row
+# (B, L, C): inputs of the tensor-parallel exercises, in float64
+x = torch.randn(2, 3, 8, generator=gen, dtype=torch.float64)
+
+# %% [markdown]
+# ### Exercise 12.1: int8 weights, one scale per row (2 points)
+#
+# Symmetric int8 quantisation stores a row $w$ of a weight matrix as
+# integers $q = \mathrm{round}(w / s)$ in $[-127, 127]$ and one float
+# scale $s = \max_j |w_j| / 127$, so that the row's largest entry
+# becomes $\pm 127$. Write `quantize_rows(w)` for a matrix of shape
+# (out, in): it returns `(q, scale)`, `q` an int8 tensor of the same
+# shape and `scale` of shape (out, 1), in `w`'s dtype. A row of zeros
+# gets the scale 1 (and $q = 0$).
+
+# %% tags=["solution", "hide-input"]
+def quantize_rows(w):
+    ### BEGIN SOLUTION
+    amax = w.abs().amax(dim=-1, keepdim=True)  # (out, 1)
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    q = torch.round(w / scale).clamp(-127, 127)  # (out, in)
+    return q.to(torch.int8), scale
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+q, scale = quantize_rows(W)
+expect_tensor("q", q, shape=W.shape, dtype=torch.int8,
+              hint="store q as int8 integers: .to(torch.int8), after "
+              "rounding")  # fmt: skip
+want_scale = W.abs().amax(dim=-1, keepdim=True) / 127  # (out, 1)
+want_scale[2] = 1.0  # the row of zeros
+expect_close("scale", scale, want_scale,
+             hint="one scale per row: the row's largest |w| divided by "
+             "127, and 1 for a row of zeros (0 / 0 is NaN)")  # fmt: skip
+
+# %% tags=["check"]
+want_scale = W.abs().amax(dim=-1, keepdim=True) / 127  # (out, 1)
+want_scale[2] = 1.0
+# PyTorch's own fake quantisation: round(w / s), clamped, times s
+fake = torch.fake_quantize_per_channel_affine(
+    W, want_scale.flatten(), torch.zeros(6, dtype=torch.int32), 0,
+    -127, 127)  # fmt: skip
+expect_equal("q", quantize_rows(W)[0],
+             (fake / want_scale).round().to(torch.int8),
+             hint="round to the nearest integer (torch.round); "
+             ".to(torch.int8) alone cuts toward zero")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 12.2: back to floats, and the error (1 point)
+#
+# Write `dequantize(q, scale)`, the floats $\hat w = q s$ in `scale`'s
+# dtype. Rounding moves each entry by at most half a step, so
+# $|w - \hat w| \le s / 2$ entry by entry; the check confirms it.
+
+# %% tags=["solution", "hide-input"]
+def dequantize(q, scale):
+    ### BEGIN SOLUTION
+    return q.to(scale.dtype) * scale  # (out, in)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+q, scale = quantize_rows(W)
+w_hat = dequantize(q, scale)
+want = torch.fake_quantize_per_channel_affine(
+    W, scale.flatten(), torch.zeros(6, dtype=torch.int32), 0,
+    -127, 127)  # fmt: skip
+expect_close("dequantize(q, scale)", w_hat, want, atol=1e-7,
+             hint="multiply the integers by their row's scale, in "
+             "floating point")  # fmt: skip
+expect(bool(((W - w_hat).abs() <= scale / 2 + 1e-7).all()),
+       "some entry moved by more than half its row's step",
+       hint="multiply by the scale, do not divide")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 12.3: an int8 linear layer (2 points)
+#
+# Dynamic quantisation quantises the inputs too, row by row, when they
+# arrive. Write `int8_linear(x, q_w, s_w, bias)` for inputs $x$ of
+# shape (N, in) and a weight quantised by `quantize_rows`: quantise
+# $x$ with `quantize_rows`, multiply the integers in int32,
+# $A = q_x q_w^\top$, and scale back, $y_{no} = A_{no}\, s_{x,n}\,
+# s_{w,o} + b_o$, of shape (N, out). Since $x = \hat x + e_x$ and
+# $W = \hat W + e_W$, the error is
+# $x e_W^\top + e_x \hat W^\top$, so
+# $|y_{no} - (x W^\top + b)_{no}| \le \frac{s_{w,o}}{2} \|x_n\|_1 +
+# \frac{s_{x,n}}{2} \|\hat W_o\|_1$; the second check confirms it.
+
+# %% tags=["solution", "hide-input"]
+def int8_linear(x, q_w, s_w, bias):
+    ### BEGIN SOLUTION
+    q_x, s_x = quantize_rows(x)  # (N, in), (N, 1)
+    A = q_x.to(torch.int32) @ q_w.to(torch.int32).T  # (N, out), exact
+    return A.to(s_x.dtype) * s_x * s_w.T + bias  # (N, out)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+q_w, s_w = quantize_rows(W)
+y = int8_linear(X, q_w, s_w, b)
+q_x, s_x = quantize_rows(X)
+want = F.linear(dequantize(q_x, s_x), dequantize(q_w, s_w), b)
+expect_close("int8_linear(X, q_w, s_w, b)", y, want, atol=1e-5,
+             hint="multiply the integers in int32 (int8 products "
+             "overflow), then scale by s_x, one per row of x, and s_w, "
+             "one per output")  # fmt: skip
+
+# %% tags=["check"]
+q_w, s_w = quantize_rows(W)
+q_x, s_x = quantize_rows(X)
+bound = (s_w.T / 2 * X.abs().sum(-1, keepdim=True)
+         + s_x / 2 * dequantize(q_w, s_w).abs().sum(-1))  # (N, out)
+error = (int8_linear(X, q_w, s_w, b) - F.linear(X, W, b)).abs()
+expect(bool((error <= bound + 1e-5).all()),
+       "the int8 result is further from the float one than rounding "
+       "allows", hint="quantise x row by row with its own scales, "
+       "and add the bias unquantised")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 12.4: a column-parallel linear layer (1 point)
+#
+# Split $y = x W + b$ over $n$ devices by the columns of $W$ (in
+# $\times$ out): device $i$ holds columns $i \cdot \mathit{out}/n$ to
+# $(i+1) \cdot \mathit{out}/n$ and the same slice of $b$, and computes
+# its slice of $y$ from the whole $x$. `nn.Linear` keeps $W^\top$, so
+# a column of $W$ is a row of `linear.weight`. Write
+# `column_parallel(x, linear, n)`, returning the list of the $n$
+# devices' outputs, each of shape $(\dots, \mathit{out}/n)$.
+
+# %% tags=["solution", "hide-input"]
+def column_parallel(x, linear, n):
+    ### BEGIN SOLUTION
+    weights = linear.weight.chunk(n, dim=0)  # n x (out / n, in)
+    biases = linear.bias.chunk(n, dim=0)  # n x (out / n,)
+    return [F.linear(x, w_i, b_i)  # (..., out / n)
+            for w_i, b_i in zip(weights, biases, strict=True)]  # fmt: skip
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+torch.manual_seed(12)
+up = nn.Linear(8, 12).double()
+parts = column_parallel(x, up, 3)
+expect_equal("len(column_parallel(x, up, 3))", len(parts), 3)
+expect_close("torch.cat(column_parallel(x, up, 3), dim=-1)",
+             torch.cat(parts, dim=-1), up(x),
+             hint="device i holds rows i * out / n ... of "
+             "linear.weight, shape (out, in), and the same slice of the "
+             "bias: split along dim 0")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 12.5: a row-parallel linear layer (1 point)
+#
+# The input now arrives split along its last axis, as
+# `column_parallel` leaves it: `x_parts` holds $n$ tensors of shape
+# $(\dots, \mathit{in}/n)$. Device $i$ holds rows
+# $i \cdot \mathit{in}/n$ to $(i+1) \cdot \mathit{in}/n$ of $W$ (the
+# matching columns of `linear.weight`) and computes a partial output of
+# the full width; one all-reduce adds them up. Write
+# `row_parallel(x_parts, linear)`, returning the list of the $n$
+# partial outputs, each of shape $(\dots, \mathit{out})$, whose sum is
+# `linear(x)`. The bias is added once, on device 0.
+
+# %% tags=["solution", "hide-input"]
+def row_parallel(x_parts, linear):
+    ### BEGIN SOLUTION
+    n = len(x_parts)
+    weights = linear.weight.chunk(n, dim=1)  # n x (out, in / n)
+    parts = [x_i @ w_i.T  # (..., out), a partial sum
+             for x_i, w_i in zip(x_parts, weights, strict=True)]  # fmt: skip
+    parts[0] = parts[0] + linear.bias
+    return parts
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+torch.manual_seed(12)
+down = nn.Linear(12, 8).double()
+h = torch.randn(2, 3, 12, generator=gen, dtype=torch.float64)
+parts = row_parallel(list(h.chunk(3, dim=-1)), down)
+expect_equal("len(row_parallel(...))", len(parts), 3)
+expect_close("the sum of row_parallel(...)", sum(parts), down(h),
+             hint="add the bias once, on device 0 only: the all-reduce "
+             "sums the partial outputs, so a bias on every device "
+             "counts n times")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 12.6: the feed-forward block split (2 points)
+#
+# Megatron-LM splits a feed-forward block $\max(0, x W_1 + b_1) W_2 +
+# b_2$ with one all-reduce: $W_1$ by columns, so that each device holds
+# $d_{ff}/n$ hidden units and applies the ReLU to them alone, then
+# $W_2$ by rows. Write `parallel_feed_forward(x, ff, n)` from your two
+# functions, for a `FeedForward` `ff` (layers `ff.w_1`, `ff.w_2`),
+# returning the all-reduced output, of shape $(B, L, C)$.
+
+# %% tags=["solution", "hide-input"]
+def parallel_feed_forward(x, ff, n):
+    ### BEGIN SOLUTION
+    hidden = [torch.relu(h_i)  # (B, L, d_ff / n) on device i
+              for h_i in column_parallel(x, ff.w_1, n)]  # fmt: skip
+    return sum(row_parallel(hidden, ff.w_2))  # (B, L, C), all-reduced
+    ### END SOLUTION
+
+
+# %% tags=["check", "points-2"]
+torch.manual_seed(12)
+ff = FeedForward(8, 12, dropout=0.0).double()
+for n in (2, 3):
+    expect_close(f"parallel_feed_forward(x, ff, {n})",
+                 parallel_feed_forward(x, ff, n), ff(x),
+                 hint="W_1 by columns, the ReLU on each device's hidden "
+                 "units, W_2 by rows, then add the partial outputs "
+                 "up")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 12.7: attention heads split (2 points)
+#
+# In multi-head attention, $W^Q$, $W^K$ and $W^V$ split by columns give
+# each device whole heads: its $C/n$ columns are $H/n$ heads of
+# $D = C/H$. Each device attends with its heads alone, and $W^O$ split
+# by rows, with one all-reduce, mixes them. Write
+# `parallel_attention(x, mha, n)`: the self-attention of `mha` (a
+# `MultiHeadAttention`, layers `mha.w_q`, `mha.w_k`, `mha.w_v`,
+# `mha.w_o`, head size `mha.d_k`) on $x$ of shape $(B, L, C)$, no
+# mask, computed this way; $n$ divides $H$.
+
+# %% tags=["solution", "hide-input"]
+def parallel_attention(x, mha, n):
+    ### BEGIN SOLUTION
+    B, L, _ = x.shape
+    D = mha.d_k
+    qs, ks, vs = (column_parallel(x, w, n)  # n x (B, L, C / n)
+                  for w in (mha.w_q, mha.w_k, mha.w_v))  # fmt: skip
+    heads = []
+    for q, k, v in zip(qs, ks, vs, strict=True):  # device by device
+        q, k, v = (t.view(B, L, -1, D).transpose(1, 2)  # (B, H/n, L, D)
+                   for t in (q, k, v))  # fmt: skip
+        s = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H / n, L, L)
+        out = s.softmax(dim=-1) @ v  # (B, H / n, L, D)
+        heads.append(out.transpose(1, 2).reshape(B, L, -1))  # (B, L, C/n)
+    return sum(row_parallel(heads, mha.w_o))  # (B, L, C), all-reduced
+    ### END SOLUTION
+
+
+# %% tags=["check", "points-2"]
+torch.manual_seed(12)
+mha = MultiHeadAttention(8, 4, dropout=0.0).double()
+for n in (2, 4):
+    expect_close(f"parallel_attention(x, mha, {n})",
+                 parallel_attention(x, mha, n), mha(x, x, x),
+                 hint="a device's C / n columns are H / n whole heads of "
+                 "D = C / H: split them into heads, attend, merge, then "
+                 "W^O by rows and add the partial outputs up")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 12.8: FSDP's shards (2 points)
+#
+# FSDP2 cuts every parameter along its first axis as `torch.chunk` does:
+# with $c = \lceil \mathit{rows}/n \rceil$, rank $r$ holds rows $r c$
+# to $\min((r + 1) c, \mathit{rows})$, which leaves the last ranks
+# short, or empty. Write `fsdp_shards(param, n)`, the list of the $n$
+# ranks' shards (an empty one has 0 rows and the other axes of
+# `param`). Then write `bytes_per_rank(model, n)`: for each rank, the
+# bytes of its shards of all the parameters of `model`.
+
+# %% tags=["solution", "hide-input"]
+def fsdp_shards(param, n):
+    ### BEGIN SOLUTION
+    c = math.ceil(param.size(0) / n)  # rows per rank
+    return [param[r * c : (r + 1) * c] for r in range(n)]
+    ### END SOLUTION
+
+
+def bytes_per_rank(model, n):
+    ### BEGIN SOLUTION
+    held = [0] * n
+    for p in model.parameters():
+        for r, shard in enumerate(fsdp_shards(p, n)):
+            held[r] += shard.numel() * shard.element_size()
+    return held
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for rows, n in ((10, 4), (5, 4), (1, 2), (8, 2)):
+    param = torch.arange(rows * 3).view(rows, 3)
+    shards = fsdp_shards(param, n)
+    chunks = param.chunk(n)  # may be fewer than n
+    want = [len(c) for c in chunks] + [0] * (n - len(chunks))
+    expect_equal(f"rows of fsdp_shards(({rows}, 3), {n})",
+                 [len(s) for s in shards], want,
+                 hint="c = ceil(rows / n) rows per rank, the last ranks "
+                 "short or empty, as torch.chunk cuts: not the "
+                 "near-equal split of torch.tensor_split")  # fmt: skip
+    expect_equal("torch.cat(shards)", torch.cat(shards), param,
+                 hint="the shards, in rank order, are the parameter "
+                 "again")  # fmt: skip
+
+# %% tags=["check"]
+torch.manual_seed(12)
+small = FeedForward(5, 6, dropout=0.0).double()  # 71 parameters
+# rows per rank: w_1 (6, 5) 2, 2, 2, 0; b_1 (6,) the same;
+# w_2 (5, 6) 2, 2, 1, 0; b_2 (5,) the same; 8 bytes each
+expect_equal("bytes_per_rank(small, 4)", bytes_per_rank(small, 4),
+             [208, 208, 152, 0],
+             hint="add up, rank by rank, its shard of every parameter "
+             "(fsdp_shards): elements times element_size(), 8 bytes in "
+             "float64")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 5
+# message: Hint: add the bias once
+# def row_parallel(x_parts, linear):
+#     n = len(x_parts)
+#     weights = linear.weight.chunk(n, dim=1)
+#     return [F.linear(x_i, w_i, linear.bias)
+#             for x_i, w_i in zip(x_parts, weights, strict=True)]
