@@ -1,6 +1,6 @@
 """Fetch the JavaScript the HTML book serves itself, so it works offline.
 
-The book must not load anything from a CDN. Two libraries are needed:
+The book must not load anything from a CDN. Three libraries are needed:
 
 * MathJax 3, from the npm package ``mathjax`` (its ``es5/`` folder, fonts
   included). ``npm pack`` fetches the tarball once into ``.cache/``; its
@@ -9,8 +9,11 @@ The book must not load anything from a CDN. Two libraries are needed:
   ``vl-convert-python`` ships. The bundle declares top-level names, so it is
   wrapped in a function to keep them out of Sphinx's global scope, and it
   tells altair's chart code that the libraries are already loaded.
+* reveal.js, from its npm package (the ``dist/`` folder, themes and fonts
+  included), for the chapters' slides (``tools/slides.py``); checksum
+  pinned as MathJax's.
 
-Both land in ``.cache/book_static/`` (git-ignored), which the Sphinx
+All land in ``.cache/book_static/`` (git-ignored), which the Sphinx
 extension ``tools/book_extension.py`` serves as ``_static`` files. A second
 run finds them in place and returns at once.
 
@@ -37,6 +40,12 @@ MATHJAX_SHA512 = (  # the npm registry's "integrity" of mathjax-3.2.2.tgz
     "JvtRZM1vO+geW0OhGw=="
 )
 MATHJAX_DIR = STATIC / "mathjax"
+REVEAL_VERSION = "5.2.1"
+REVEAL_SHA512 = (  # the npm registry's "integrity" of reveal.js-5.2.1.tgz
+    "r7//6mIM5p34hFiDMvYfXgyjXqGRta+/psd9YtytsgRlrpRzFv4RbH76TXd2qD+7ZPZE"
+    "bpBDhdRhJaFgfQ7zNQ=="
+)
+REVEAL_DIR = STATIC / "reveal"
 VEGA_FILE = STATIC / "vega" / "vega-altair.js"
 
 
@@ -46,38 +55,53 @@ def sha512_base64(path: Path) -> str:
     return base64.b64encode(digest).decode()
 
 
-def fetch_mathjax() -> None:
-    """Unpack MathJax's ``es5/`` folder into ``.cache/book_static/mathjax``."""
-    stamp = MATHJAX_DIR / "VERSION"
-    if stamp.is_file() and stamp.read_text().strip() == MATHJAX_VERSION:
+def unpack_npm(
+    name: str, version: str, sha512: str, folder: str, dest: Path
+) -> None:
+    """Unpack ``package/<folder>/`` of the npm tarball ``name@version``
+    (its checksum pinned) into ``dest``, with the package's LICENSE and a
+    VERSION stamp; nothing to do if ``dest`` holds that version."""
+    stamp = dest / "VERSION"
+    if stamp.is_file() and stamp.read_text().strip() == version:
         return
-    tarball = CACHE / f"mathjax-{MATHJAX_VERSION}.tgz"
+    tarball = CACHE / f"{name}-{version}.tgz"
     if not tarball.is_file():
         CACHE.mkdir(parents=True, exist_ok=True)
         subprocess.run(
-            ["npm", "pack", f"mathjax@{MATHJAX_VERSION}", "--silent"],
+            ["npm", "pack", f"{name}@{version}", "--silent"],
             cwd=CACHE,
             check=True,
             stdout=subprocess.DEVNULL,
         )
-    if sha512_base64(tarball) != MATHJAX_SHA512:
+    if sha512_base64(tarball) != sha512:
         raise SystemExit(f"{tarball}: checksum differs from the pinned one")
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         with tarfile.open(tarball) as tar:
             wanted = [
                 m
                 for m in tar.getmembers()
-                if m.name.startswith("package/es5/")
+                if m.name.startswith(f"package/{folder}/")
                 or m.name == "package/LICENSE"
             ]
             tar.extractall(tmp, members=wanted, filter="data")
         unpacked = Path(tmp) / "package"
-        shutil.move(unpacked / "LICENSE", unpacked / "es5" / "LICENSE")
-        (unpacked / "es5" / "VERSION").write_text(MATHJAX_VERSION + "\n")
-        shutil.rmtree(MATHJAX_DIR, ignore_errors=True)
-        MATHJAX_DIR.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(unpacked / "es5", MATHJAX_DIR)
-    print(f"MathJax {MATHJAX_VERSION} -> {MATHJAX_DIR.relative_to(ROOT)}")
+        shutil.move(unpacked / "LICENSE", unpacked / folder / "LICENSE")
+        (unpacked / folder / "VERSION").write_text(version + "\n")
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(unpacked / folder, dest)
+    print(f"{name} {version} -> {dest.relative_to(ROOT)}")
+
+
+def fetch_mathjax() -> None:
+    """Unpack MathJax's ``es5/`` folder into ``.cache/book_static/mathjax``."""
+    unpack_npm("mathjax", MATHJAX_VERSION, MATHJAX_SHA512, "es5", MATHJAX_DIR)
+
+
+def fetch_reveal() -> None:
+    """Unpack reveal.js's ``dist/`` folder (the slides' library, its
+    themes and their fonts) into ``.cache/book_static/reveal``."""
+    unpack_npm("reveal.js", REVEAL_VERSION, REVEAL_SHA512, "dist", REVEAL_DIR)
 
 
 def major_minor(version: str) -> str:
@@ -141,4 +165,5 @@ def write_vega_bundle() -> None:
 
 if __name__ == "__main__":
     fetch_mathjax()
+    fetch_reveal()
     write_vega_bundle()

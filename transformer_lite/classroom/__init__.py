@@ -1,6 +1,7 @@
 """The classroom edition (the teaching page): checkers for the graded
-exercises that close every chapter. Nothing in the book's package imports
-this tier; the exercises do."""
+exercises that close every chapter, and the syllabus (objectives,
+prerequisites, measured times) that opens it. Nothing else in the
+package imports this tier; the chapters do."""
 
 from transformer_lite.classroom.grading import (
     WrongAnswer,
@@ -10,12 +11,16 @@ from transformer_lite.classroom.grading import (
     expect_raises,
     expect_tensor,
 )
+from transformer_lite.classroom.syllabus import Chapter, chapter_card, syllabus
 
 __all__ = [
+    "Chapter",
     "WrongAnswer",
+    "chapter_card",
     "expect",
     "expect_close",
     "expect_equal",
     "expect_raises",
     "expect_tensor",
+    "syllabus",
 ]

@@ -1,0 +1,203 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Teaching with this book
+#
+# This page is for the teacher who wants to run a course on the
+# Transformer from these chapters: a one-week intensive or a two-week
+# module, with lectures from the text, labs from the notebooks, and
+# graded work that a machine marks. It says who the book is for, gives
+# both plans with times measured on the book itself, and explains how
+# to hand out and grade the exercises with nbgrader, on a JupyterHub or
+# on laptops with no network.
+#
+# ## Who it is for
+#
+# Students who can program in Python and have met matrices, the
+# exponential and a gradient: a second-year computer-science or
+# engineering undergraduate, a graduate student from another field, an
+# engineer who uses Transformers and wants to know what is inside.
+# PyTorch experience helps but is not assumed; chapter 1 uses nothing
+# but tensors and `@`. No GPU is needed at any point: every chapter runs
+# on a laptop's CPU, the longest in a few minutes.
+#
+# Every chapter opens with a card: what a student can do after it (each
+# objective is something an exercise or an exam question can test),
+# what to read first, and how long it takes. The table below collects
+# them. Reading time is estimated from the source (200 words of prose
+# and 20 lines of code a minute); running time is measured, the seconds
+# the test suite took to execute the chapter on one CPU core.
+
+# %% tags=["remove-input"]
+from pathlib import Path
+
+import jupytext
+import pandas as pd
+from IPython.display import Markdown
+
+from transformer_lite.classroom import syllabus
+
+
+def graded_exercises(path: Path) -> int:
+    """The chapter's graded exercises: its cells tagged "solution"."""
+    cells = jupytext.read(path).cells
+    return sum("solution" in c.metadata.get("tags", []) for c in cells)
+
+
+chapters = syllabus()
+exercises = {int(p.name[:2]): graded_exercises(p)
+             for p in sorted(Path().glob("[0-9][0-9]_*.py"))
+             if int(p.name[:2]) in chapters}  # fmt: skip
+table = pd.DataFrame(
+    {
+        "objectives": [len(c.objectives) for c in chapters.values()],
+        "read first": [", ".join(map(str, c.chapters)) or "-"
+                       for c in chapters.values()],  # fmt: skip
+        "reading (min)": [c.reading_minutes for c in chapters.values()],
+        "running (s)": [c.running_seconds for c in chapters.values()],
+        "graded exercises": [exercises[n] for n in chapters],
+    },
+    index=pd.Index(list(chapters), name="chapter"),
+)
+assert all(3 <= n <= 5 for n in table["objectives"])
+assert all(n >= 5 for n in table["graded exercises"])
+Markdown(table.to_markdown())
+
+# %% [markdown]
+# ## Two plans
+#
+# A **session** is a lecture (the chapter's text, with its figures
+# shown live), then a lab: the students run the chapter, change what
+# its "Exercises" section suggests, and then do its graded exercises.
+# The lecture time is the reading time; the lab time adds the running
+# time to about ten minutes per graded exercise. The graded work is the
+# assignments of the chapters covered, handed in at the end of each
+# day.
+
+# %% tags=["remove-input"]
+ONE_WEEK = {  # day: chapters
+    "Mon": [1, 2],
+    "Tue": [3, 4, 5],
+    "Wed": [6, 7],
+    "Thu": [8, 9],
+    "Fri": [10, 11, 12],
+}
+TWO_WEEKS = {
+    "Week 1, Mon": [1],
+    "Tue": [2],
+    "Wed": [3],
+    "Thu": [4],
+    "Fri": [5],
+    "Week 2, Mon": [6],
+    "Tue ": [7],
+    "Wed ": [8, 9],
+    "Thu ": [10],
+    "Fri ": [11, 12],
+}
+LAB_MINUTES_PER_EXERCISE = 10
+
+
+def plan(days: dict[str, list[int]]) -> pd.DataFrame:
+    rows = []
+    for day, numbers in days.items():
+        lecture = sum(chapters[n].reading_minutes for n in numbers)
+        run = sum(chapters[n].running_seconds for n in numbers) / 60
+        graded = sum(exercises[n] for n in numbers)
+        rows.append({
+            "day": day.strip(),
+            "chapters": ", ".join(map(str, numbers)),
+            "lecture (min)": lecture,
+            "lab (min)": round(run + LAB_MINUTES_PER_EXERCISE * graded),
+            "graded work": f"{graded} exercises",
+        })  # fmt: skip
+    return pd.DataFrame(rows).set_index("day")
+
+
+one, two = plan(ONE_WEEK), plan(TWO_WEEKS)
+covered = sorted(n for days in ONE_WEEK.values() for n in days)
+assert covered == sorted(chapters) == sorted(
+    n for days in TWO_WEEKS.values() for n in days
+)  # every chapter, once, in both plans
+Markdown("### One week: five days\n\n" + one.to_markdown()
+         + "\n\n### Two weeks: ten days\n\n"
+         + two.to_markdown())  # fmt: skip
+
+# %% [markdown]
+# The one-week plan is dense: its days hold two to three hours of
+# lecture and more of lab, which suits a summer school or a company
+# course where the students do nothing else. Chapters 7 and 9 to 12 are
+# the heavy ones to run (they train models for minutes), so start them
+# at the beginning of the lab. The two-week plan gives one chapter a
+# day for the first week, the foundations (attention to the full
+# stack), and lets the second week go deeper into training, speed and
+# the three applications. In either plan a final project fits well:
+# take chapter 7's translator to a new pair of languages of numbers,
+# or chapter 10's model to a new corpus, and report by slice.
+#
+# ## The graded exercises
+#
+# Every chapter ends with **graded exercises**: at least five, from a
+# one-line function to a small project (a masked softmax, a head split,
+# RoPE, a beam-search step, attention in chunks). Each has a reference
+# solution, folded in the book, and one or more checks whose failure
+# says what is wrong: the shape, a NaN, the largest difference and
+# where, and a hint about the likely mistake. The exercises are written
+# once, in the chapter; `make assignments` cuts them out into one
+# assignment per chapter and asks [nbgrader](https://nbgrader.readthedocs.io)
+# for the student edition, with every solution replaced by a stub:
+#
+# ```bash
+# make assignments
+# ls _build/classroom/source/ch01    # the instructor version
+# ls _build/classroom/release/ch01   # the student edition
+# ```
+#
+# The test suite runs nbgrader on every chapter's assignment three
+# times: the instructor version scores full marks, the student edition
+# handed in untouched scores zero (and the grader does not crash), and a
+# version with one typical mistake planted loses that exercise's points
+# with the message its author wrote for that mistake.
+#
+# ### On a JupyterHub
+#
+# nbgrader is the grading tool most university JupyterHubs already run.
+# Install the book's requirements (they pin nbgrader with the rest of
+# the Jupyter stack) and the package in the hub's user image, then, in
+# the course directory `_build/classroom`:
+#
+# ```bash
+# nbgrader release_assignment ch01          # to the students' list
+# nbgrader collect ch01                     # after the deadline
+# nbgrader autograde ch01                   # runs every check
+# nbgrader generate_feedback ch01           # the marked notebooks
+# ```
+#
+# The students fetch, work and submit from the Assignments tab. Set the
+# hub's exchange directory and course id as nbgrader's documentation
+# describes; the course id used here is `transformer-lite`.
+#
+# ### On laptops, offline
+#
+# Nothing in the book needs a network once it is installed: the data is
+# generated or shipped, and the HTML book serves its own MathJax,
+# charts and slides. Install once while a network is at hand (`make
+# install`, or copy a prepared `.venv`), then give each student the
+# `release/` folder and `make lab`. They hand in their notebooks on a
+# USB stick or the course's file share; `nbgrader autograde` marks them
+# on the teacher's laptop, as above, after they are copied under
+# `submitted/<student>/<chNN>/`.
+#
+# ## Slides
+#
+# Each chapter has a slide deck, generated from its source: its
+# headings, its key equations and its figures, with no copy kept by
+# hand (`make slides`; the book links them, and they run offline in the
+# browser with the book's own copy of reveal.js).
