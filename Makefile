@@ -13,7 +13,8 @@ IPYNB  := $(NOTEBOOKS:.py=.ipynb)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test contracts unit nbval seed-sweep book \
-  browser-test lab lint bench gpu-check clean
+  browser-test lab lint bench gpu-check clean assignments slides \
+  chapter-times
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -33,13 +34,14 @@ test: install  ## everything: contracts, unit tests, every notebook, the book
 	$(MAKE) unit
 	$(MAKE) nbval
 	$(MAKE) book
+	$(MAKE) slides
 	$(MAKE) browser-test
 
 contracts: install  ## the package's tiers import one way (import-linter)
 	$(BIN)/lint-imports
 
 unit: install  ## the package's unit tests
-	$(BIN)/python -m pytest tests -m "not browser" -q
+	$(BIN)/python -m pytest tests -m "not browser and not classroom" -q
 
 notebooks/%.ipynb: notebooks/%.py
 	$(BIN)/jupytext --quiet --to ipynb $< -o $@
@@ -52,7 +54,9 @@ notebooks/%.ipynb: notebooks/%.py
 # two threads while another chapter holds a core waits on its descheduled
 # thread at every operation, and runs many times slower. The later
 # chapters, the long ones, start first, so that the workers finish close
-# together.
+# together. nbgrader grades every chapter's assignment in the same run
+# (tests/test_assignments.py), and the JUnit report gives each chapter's
+# running time to the syllabus (make chapter-times).
 NBVAL_ENV := $(if $(filter 0,$(WORKERS)),,OMP_NUM_THREADS=1)
 nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a test (nbval)
 	@if [ -z "$(IPYNB)" ]; then echo "no notebooks yet"; exit 0; fi; \
@@ -60,7 +64,15 @@ nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a tes
 	  -p no:cacheprovider -n $(WORKERS) --dist loadfile \
 	  -p nbval_book_cache --book-cache _build/.jupyter_cache --nbval \
 	  --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
-	  --durations=0 $$(printf '%s\n' $(IPYNB) | sort -r)
+	  --junitxml=_build/nbval-junit.xml \
+	  --durations=0 tests/test_assignments.py \
+	  $$(printf '%s\n' $(IPYNB) | sort -r)
+
+assignments: install  ## the graded exercises as nbgrader assignments (_build/classroom)
+	$(BIN)/python tools/assignments.py
+
+chapter-times: install  ## the syllabus's running times, from the last make nbval
+	$(BIN)/python tools/chapter_times.py
 
 # Every chapter takes all of its seeds from BOOK_SEED (default 0, the book's).
 # The chapters that train or sample run again with other seeds, so that a
@@ -89,7 +101,10 @@ book: install _build/.package-stamp  ## execute every chapter and build the HTML
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-browser-test: book  ## open every page of the book in headless Chromium
+slides: book  ## a reveal.js deck per chapter, cut from the executed chapters
+	$(BIN)/python tools/slides.py
+
+browser-test: book slides  ## open every page of the book and the slides in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider

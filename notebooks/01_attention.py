@@ -19,6 +19,11 @@
 # check on paper, shows why the paper divides by $\sqrt{d_k}$, and
 # measures what it costs as sequences grow.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(1)
+
 # %%
 import functools
 import inspect

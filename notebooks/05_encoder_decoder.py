@@ -36,6 +36,11 @@
 # shape legend is the book's: B batch, S source length, T target length,
 # L any length, C = `d_model`, H heads, D = `d_k`, V vocabulary.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(5)
+
 # %%
 import inspect
 import math

@@ -32,10 +32,17 @@
 #   warm-up;
 # - **early stopping** and **checkpoints**.
 #
-# It teaches `transformer_lite/training.py`, `transformer_lite/decoding.py`
-# and the copy task of `transformer_lite/data.py`. The shape legend is the
-# book's: B batch, S source length, T target length, L any length,
+# It teaches the `transformer_lite/training/` tier (batches, loss,
+# schedule, the training step and loop, checkpoints),
+# `transformer_lite/decoding.py` and the copy task of
+# `transformer_lite/tasks/copy_task.py`. The shape legend is the book's:
+# B batch, S source length, T target length, L any length,
 # C = `d_model`, H heads, D = `d_k`, V vocabulary.
+
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(6)
 
 # %%
 import inspect

@@ -50,11 +50,17 @@
 # - training on **several processes** with `torchrun`, and a **command
 #   line** to use the model outside the notebook.
 #
-# It teaches `transformer_lite/tokenizer.py`, `metrics.py`,
-# `distributed.py`, `translate.py` and `translator.py`, with the number
-# corpus of `data.py` and beam search in `decoding.py`. The shape legend
-# is the book's: B batch, S source length, T target length, L any length,
+# It teaches the `transformer_lite/tasks/` modules `numbers.py` (the
+# corpus), `tokenizer.py`, `metrics.py`, `trainer.py`, `translator.py`
+# and `translate.py` (the command line), with `training/distributed.py`
+# and beam search in `decoding.py`. The shape legend is the book's:
+# B batch, S source length, T target length, L any length,
 # C = `d_model`, H heads, D = `d_k`, V vocabulary.
+
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(7)
 
 # %%
 import collections

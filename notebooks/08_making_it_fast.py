@@ -33,6 +33,11 @@
 # survive the wobble (equal outputs, memory ratios, a speed-up with a wide
 # margin), never a number of milliseconds.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(8)
+
 # %%
 import contextlib
 import inspect

@@ -40,6 +40,11 @@
 # S source length, T target length, L any length, C = `d_model`, H heads,
 # D = `d_k`, V vocabulary.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(9)
+
 # %%
 import inspect
 import math

@@ -45,6 +45,11 @@
 # length, C = `d_model`, H heads, D = `d_k`, V vocabulary; M is the
 # length of a segment memory.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(10)
+
 # %%
 import inspect
 import math

@@ -47,6 +47,11 @@
 # channels (1 for grey), $H_i \times W_i$ pixels, and N patch tokens. In
 # the image-to-text model the source length S is N.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(11)
+
 # %%
 import inspect
 import platform

@@ -32,6 +32,11 @@
 # The shape legend is the book's: B batch, S source length, T target
 # length, C = `d_model`, H heads, D = `d_k`, V vocabulary.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(12)
+
 # %%
 import collections
 import inspect

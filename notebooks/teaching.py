@@ -197,7 +197,19 @@ Markdown("### One week: five days\n\n" + one.to_markdown()
 #
 # ## Slides
 #
-# Each chapter has a slide deck, generated from its source: its
-# headings, its key equations and its figures, with no copy kept by
-# hand (`make slides`; the book links them, and they run offline in the
-# browser with the book's own copy of reveal.js).
+# Each chapter has a slide deck, cut from the executed chapter by
+# `make slides`: a title slide with the objectives, one slide per
+# section with its display equations, the section's figures below it
+# (press the down arrow), and the summary. No slide is kept by hand, so
+# the decks change when the chapters do. They run offline, with the
+# book's own copies of reveal.js and MathJax; press `F` for full screen
+# and `O` for an overview of the slides.
+
+# %% tags=["remove-input"]
+from IPython.display import HTML
+
+decks = sorted(p.stem for p in Path().glob("[0-9][0-9]_*.py")
+               if int(p.name[:2]) in chapters)  # fmt: skip
+items = "".join(f'<li><a href="slides/{stem}.html">{stem}</a></li>'
+                for stem in decks)  # fmt: skip
+HTML(f'<ul class="slide-decks">{items}</ul>')

@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import assignments  # noqa: E402 - tools/ is not a package
 
 pytest.importorskip("nbgrader")
+pytestmark = pytest.mark.classroom  # beside the chapters, in make nbval
 # CHAPTERS="01 03" grades those chapters only, while writing exercises
 CHAPTERS = assignments.chapters(os.environ.get("CHAPTERS", "").split())
 VERSIONS = ("instructor", "student", "planted")

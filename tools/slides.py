@@ -46,7 +46,8 @@ def render_math(content: str, options: dict) -> str:
     return f"\\({tex}\\)"
 
 
-MARKDOWN = MarkdownIt("commonmark").use(dollarmath_plugin, renderer=render_math)
+MARKDOWN = MarkdownIt("commonmark")
+MARKDOWN.use(dollarmath_plugin, renderer=render_math)
 
 
 def heading(cell) -> tuple[int, str] | None:
@@ -101,8 +102,9 @@ def section_slides(section: dict) -> str:
     body = "".join(render_math(tex.strip(), {"display_mode": True})
                    for tex in equations)  # fmt: skip
     slides = [f"<section><h2>{title}</h2>{body}</section>"]
-    slides += [f'<section><h3>{title}</h3><div class="figure">{figure}'
-               "</div></section>" for figure in section["figures"]]  # fmt: skip
+    for figure in section["figures"]:
+        slides.append(f'<section><h3>{title}</h3><div class="figure">'
+                      f"{figure}</div></section>")  # fmt: skip
     if len(slides) == 1:
         return slides[0]
     return "<section>" + "".join(slides) + "</section>"  # a vertical stack
@@ -131,6 +133,7 @@ TEMPLATE = """<!doctype html>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{title}: slides</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="{static}/reveal/reveal.css">
 <link rel="stylesheet" href="{static}/reveal/theme/white.css">
 <style>
@@ -143,7 +146,9 @@ TEMPLATE = """<!doctype html>
 .reveal .summary ul {{ font-size: 0.45em; }}
 .reveal .figure img, .reveal .svg svg {{ max-height: 540px; }}
 </style>
-<script>window.MathJax = {{ tex: {{ inlineMath: [["\\\\(", "\\\\)"]] }} }};</script>
+<script>
+window.MathJax = {{ tex: {{ inlineMath: [["\\\\(", "\\\\)"]] }} }};
+</script>
 <script src="{static}/mathjax/tex-chtml.js" defer></script>
 </head>
 <body>

@@ -7,7 +7,10 @@ charts and load all its images; a full-page screenshot of each lands in
 ``_build/screenshots/`` for review. Each chapter must also hide its
 ``remove-cell`` / ``remove-input`` code, link to its neighbours in reading
 order, offer its ``.py`` and executed ``.ipynb`` for download, and be found
-by the search page.
+by the search page. The classroom edition's pages work too: the graded
+exercises' solutions are folded until clicked, the teaching page links
+every chapter's slides, and every deck starts reveal.js and steps through
+its slides.
 
 Chromium is Debian's (``apt-get install chromium``), driven by the
 ``playwright`` package; ``playwright install`` is never needed.
@@ -35,7 +38,8 @@ HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 NOTEBOOKS = ROOT / "notebooks"
 CHAPTERS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
-READING_ORDER = [*CHAPTERS, "api", "bibliography"]  # as in _toc.yml
+READING_ORDER = [*CHAPTERS, "api", "bibliography", "teaching"]  # _toc.yml
+DECKS = [c for c in CHAPTERS if not c.startswith("00")]  # make slides
 HIDDEN_TAGS = {"remove-cell", "remove-input"}
 WAIT_MS = 20_000  # for MathJax and vega to finish
 CHROMIUM_FLAGS = [
@@ -385,3 +389,61 @@ def test_reference_pages(visit):
     )
     api = visit("api.html").page
     assert api.locator("dl.py.function, dl.py.class").count() > 0
+
+
+@pytest.mark.parametrize("chapter", DECKS)
+def test_solutions_are_folded_until_clicked(visit, chapter):
+    """The graded exercises' reference solutions (``hide-input``) are in
+    the page but closed; a click opens one."""
+    page = visit(f"{chapter}.html", typeset=False).page
+    folds = page.locator("details.hide.above-input").filter(
+        has=page.locator("pre", has_text="BEGIN SOLUTION")
+    )
+    assert folds.count() >= 5, f"{folds.count()} folded solutions"
+    first = folds.first
+    code = first.locator("pre", has_text="BEGIN SOLUTION")
+    assert not code.is_visible(), "a solution is shown before a click"
+    first.locator("summary").click()
+    code.wait_for(state="visible", timeout=WAIT_MS)
+    if chapter == DECKS[0]:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        first.scroll_into_view_if_needed()
+        page.screenshot(path=str(SCREENSHOTS / "solution-opened.png"))
+
+
+def test_teaching_page_links_every_deck(visit, book_url):
+    page = visit("teaching.html", typeset=False).page
+    links = page.locator("ul.slide-decks a")
+    hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+    assert hrefs == [f"slides/{deck}.html" for deck in DECKS]
+    with page.expect_navigation():
+        links.first.click()
+    page.wait_for_function("window.Reveal && Reveal.isReady()")
+
+
+@pytest.mark.parametrize("deck", DECKS)
+def test_slides_start_and_step(visit, deck):
+    """reveal.js starts, the deck has its title, sections and summary,
+    and stepping to the last slide typesets its maths, offline."""
+    visit = visit(f"slides/{deck}.html")
+    page = visit.page
+    page.wait_for_function("window.Reveal && Reveal.isReady()",
+                           timeout=WAIT_MS)  # fmt: skip
+    total = page.evaluate("Reveal.getTotalSlides()")
+    assert total >= 5, f"{deck}: {total} slides"
+    assert page.locator("section.summary").count() == 1
+    page.evaluate("Reveal.slide(2)")
+    math_left = still_wrong(page, MATH_PENDING)
+    if deck == DECKS[0]:
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(SCREENSHOTS / "slide-01-2.png"))
+    page.evaluate("Reveal.slide(Reveal.getHorizontalSlides().length - 1)")
+    assert page.evaluate("Reveal.isLastSlide()")
+    problems = {
+        "requests outside the book": visit.outside,
+        "console errors": visit.errors,
+        "files not found": visit.missing,
+        "math not typeset": math_left,
+    }
+    problems = {what: found for what, found in problems.items() if found}
+    assert not problems, f"{deck}: {json.dumps(problems, indent=1)}"
