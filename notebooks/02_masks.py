@@ -41,6 +41,11 @@
 # Everything is taught from `transformer_lite/masks.py`, a module of about
 # a hundred lines, and checked against PyTorch.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(2)
+
 # %%
 import inspect
 import platform
@@ -925,3 +930,337 @@ assert torch.equal(local_mask(10, 1)[0], torch.eye(10, dtype=torch.bool))
 #    negative, say $-100$. Print the sum, then the softmax of a fully
 #    masked row. What went wrong, and why does filling (as the package
 #    does) avoid it?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Seven exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+# Every mask here follows the chapter's convention: a bool tensor in
+# which True means *may attend*.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+from torch import nn
+
+from transformer_lite import (
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+    target_mask,
+)
+from transformer_lite.classroom import (
+    expect,
+    expect_close,
+    expect_equal,
+    expect_tensor,
+)
+from transformer_lite.interop import from_torch_mha
+from transformer_lite.masks import to_torch_attn_mask
+
+PAD_ID = 0
+# (B, L) token ids: three sentences padded on the right, then the left
+right = torch.tensor([[5, 3, 7, 2, 9, 4],
+                      [8, 6, 2, 0, 0, 0],
+                      [4, 9, 0, 0, 0, 0]])  # fmt: skip
+left = torch.tensor([[5, 3, 7, 2, 9, 4],
+                     [0, 0, 0, 8, 6, 2],
+                     [0, 0, 0, 0, 4, 9]])  # fmt: skip
+gen = torch.Generator().manual_seed(2)
+torch.manual_seed(2)  # the initial weights of the two modules below
+C, H = 16, 2
+attn = MultiHeadAttention(C, H, dropout=0.0).double().eval()
+torch_mha = nn.MultiheadAttention(C, H, dropout=0.0, batch_first=True)
+torch_mha = torch_mha.double().eval()
+
+# %% [markdown]
+# ### Exercise 2.1: the padding mask (1 point)
+#
+# Write `make_padding_mask(tokens, pad_id)`: for token ids of shape
+# $(B, S)$, a bool mask of shape $(B, 1, S)$ that is True where the
+# key is a real token and False where it is `pad_id`. The middle axis
+# of size 1 broadcasts over the queries.
+
+# %% tags=["solution", "hide-input"]
+def make_padding_mask(tokens, pad_id):
+    ### BEGIN SOLUTION
+    return (tokens != pad_id).unsqueeze(1)  # (B, 1, S)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+got = make_padding_mask(right, PAD_ID)
+expect_tensor("make_padding_mask(right, PAD_ID)", got, shape=(3, 1, 6),
+              dtype=torch.bool,
+              hint="compare the ids with pad_id (a bool tensor), then "
+              "add the query axis with unsqueeze(1)")  # fmt: skip
+expect_equal("make_padding_mask(right, PAD_ID)", got,
+             padding_mask(right, PAD_ID),
+             hint="True marks a real token, False the padding: use "
+             "tokens != pad_id")  # fmt: skip
+expect_equal("make_padding_mask(right, 9)", make_padding_mask(right, 9),
+             padding_mask(right, 9),
+             hint="use the pad_id argument, not a fixed 0")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 2.2: the causal mask (1 point)
+#
+# Write `make_causal_mask(L)`: the bool mask of shape $(1, L, L)$ with
+# $M_{ij} = [\, j \le i \,]$, so that query $i$ may attend to keys
+# $0, \dots, i$ and to nothing later. The leading 1 broadcasts over
+# the batch.
+
+# %% tags=["solution", "hide-input"]
+def make_causal_mask(L):
+    ### BEGIN SOLUTION
+    ones = torch.ones(L, L, dtype=torch.bool)
+    return torch.tril(ones).unsqueeze(0)  # (1, L, L)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for L in (1, 5):
+    expect_equal(f"make_causal_mask({L})", make_causal_mask(L),
+                 causal_mask(L),
+                 hint="query i may see keys 0..i: the lower triangle, "
+                 "diagonal included (torch.tril), True = may "
+                 "attend")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 2.3: the decoder's mask (1 point)
+#
+# Write `make_target_mask(tgt, pad_id)`: for target ids of shape
+# $(B, T)$, the mask of shape $(B, T, T)$ that allows key $j$ to query
+# $i$ when $j \le i$ *and* token $j$ is not padding. Build it from your
+# two functions above and let broadcasting do the rest.
+
+# %% tags=["solution", "hide-input"]
+def make_target_mask(tgt, pad_id):
+    ### BEGIN SOLUTION
+    T = tgt.size(1)
+    return make_padding_mask(tgt, pad_id) & make_causal_mask(T)  # (B, T, T)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for name, tgt in (("right", right), ("left", left)):
+    expect_equal(f"make_target_mask({name}, PAD_ID)",
+                 make_target_mask(tgt, PAD_ID), target_mask(tgt, PAD_ID),
+                 hint="a key must pass both masks: combine them with & "
+                 "(a logical and); (B, 1, T) & (1, T, T) broadcasts to "
+                 "(B, T, T)")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 2.4: a masked softmax that never gives NaN (2 points)
+#
+# Write `masked_softmax(scores, mask)`: the softmax along the last axis
+# of `scores` $(\dots, L_q, L_k)$ over the keys that `mask` allows
+# (`mask` broadcasts to the shape of `scores`). The result has the
+# shape and dtype of `scores`, and
+#
+# - a masked key gets weight exactly $0$;
+# - a row in which no key is allowed gets all-zero weights, not NaN
+#   and not a uniform row;
+# - it works in float16 as well: fill the masked scores with the
+#   dtype's most negative finite number, `torch.finfo(dtype).min`.
+#
+# The first check compares with the equation's $-\infty$ version, in
+# which the NaN of an empty row is replaced by zeros.
+
+# %% tags=["solution", "hide-input"]
+def masked_softmax(scores, mask):
+    ### BEGIN SOLUTION
+    lowest = torch.finfo(scores.dtype).min
+    weights = scores.masked_fill(~mask, lowest).softmax(dim=-1)
+    return weights.masked_fill(~mask, 0.0)  # (..., Lq, Lk)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+scores = torch.randn(3, 6, 6, generator=gen, dtype=torch.float64)
+mask = target_mask(left, PAD_ID)  # (B, T, T); some rows allow nothing
+# the equation with -inf, and zeros for the rows that come out NaN
+want = scores.masked_fill(~mask, -math.inf).softmax(-1).nan_to_num(0.0)
+expect_close("masked_softmax(scores, mask)",
+             masked_softmax(scores, mask), want,
+             hint="a query with no allowed key must get all-zero "
+             "weights: after the softmax, set the weights of the "
+             "masked keys to 0")  # fmt: skip
+
+# %% tags=["check"]
+scores16 = (8 * torch.randn(3, 6, 6, generator=gen)).half()
+mask = target_mask(left, PAD_ID)  # (B, T, T); some rows allow nothing
+hint16 = ("fill with torch.finfo(scores.dtype).min: -1e9 does not fit "
+          "in float16, and -inf gives NaN in an empty row")  # fmt: skip
+try:
+    got16 = masked_softmax(scores16, mask)
+except NotImplementedError:
+    raise
+except RuntimeError as error:
+    expect(False, f"masked_softmax raised in float16: {error}", hint=hint16)
+expect_tensor("masked_softmax(scores16, mask)", got16, shape=(3, 6, 6),
+              dtype=torch.float16, hint=hint16)  # fmt: skip
+want16 = (scores16.double().masked_fill(~mask, -math.inf).softmax(-1)
+          .nan_to_num(0.0))  # fmt: skip
+expect_close("masked_softmax(scores16, mask)", got16, want16, atol=2e-3,
+             rtol=0, hint=hint16)  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 2.5: masked attention (1 point)
+#
+# Write `masked_attention(Q, K, V, mask)`: chapter 1's attention
+# $\mathrm{softmax}(QK^\top/\sqrt{d_k})\,V$ with the softmax replaced
+# by your `masked_softmax`, so that each query averages only the
+# values of the keys it may see. The inputs are $(\dots, L_q, d_k)$,
+# $(\dots, L_k, d_k)$ and $(\dots, L_k, d_v)$, the output
+# $(\dots, L_q, d_v)$. The mask may be $(B, 1, L_k)$, $(B, L_q, L_k)$
+# or carry a head axis; it only has to broadcast to the scores.
+
+# %% tags=["solution", "hide-input"]
+def masked_attention(Q, K, V, mask):
+    ### BEGIN SOLUTION
+    d_k = Q.size(-1)
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (..., Lq, Lk)
+    return masked_softmax(scores, mask) @ V  # (..., Lq, Dv)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+# decoder self-attention over the left-padded batch, two heads
+Q, K, V = (torch.randn(3, H, 6, 4, generator=gen, dtype=torch.float64)
+           for _ in range(3))  # fmt: skip
+mask4 = target_mask(left, PAD_ID).unsqueeze(1)  # (B, 1, T, T)
+expect_close("masked_attention(Q, K, V, mask4)",
+             masked_attention(Q, K, V, mask4),
+             scaled_dot_product_attention(Q, K, V, mask4)[0],
+             hint="the scores are Q K^T / sqrt(d_k); mask them, "
+             "softmax, then multiply the weights by V")  # fmt: skip
+# cross-attention: 2 target queries over the 6 padded source keys
+Qx = torch.randn(3, 2, 4, generator=gen, dtype=torch.float64)
+src_mask = padding_mask(right, PAD_ID)  # (B, 1, S)
+expect_close("masked_attention(Qx, K[:, 0], V[:, 0], src_mask)",
+             masked_attention(Qx, K[:, 0], V[:, 0], src_mask),
+             scaled_dot_product_attention(Qx, K[:, 0], V[:, 0],
+                                          src_mask)[0],
+             hint="let the (B, 1, S) mask broadcast over the queries; "
+             "L_q need not equal L_k")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 2.6: PyTorch's convention (2 points)
+#
+# `nn.MultiheadAttention` reads a bool mask the other way round:
+# True means *masked out*. It takes the decoder's two rules as two
+# arguments, `attn_mask` of shape $(T, T)$ for the future and
+# `key_padding_mask` of shape $(B, T)$ for the padding. Write
+# `torch_masks(tgt, pad_id)` returning the pair
+# `(attn_mask, key_padding_mask)` in PyTorch's convention for target
+# ids of shape $(B, T)$. The second check runs `torch_mha` with your
+# masks against the same weights in our module with `target_mask`.
+
+# %% tags=["solution", "hide-input"]
+def torch_masks(tgt, pad_id):
+    ### BEGIN SOLUTION
+    T = tgt.size(1)
+    future = ~make_causal_mask(T)[0]  # (T, T), True = masked out
+    padding = tgt == pad_id  # (B, T), True = masked out
+    return future, padding
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+attn_mask, key_padding_mask = torch_masks(right, PAD_ID)
+expect_equal("attn_mask", attn_mask,
+             to_torch_attn_mask(causal_mask(6)[0]),
+             hint="attn_mask is (T, T) and True where query i may NOT "
+             "see key j, that is j > i: the strict upper "
+             "triangle")  # fmt: skip
+expect_equal("key_padding_mask", key_padding_mask,
+             to_torch_attn_mask(padding_mask(right, PAD_ID)[:, 0]),
+             hint="key_padding_mask is (B, T), no query axis, and True "
+             "at the padding")  # fmt: skip
+
+# %% tags=["check"]
+x = torch.randn(3, 6, C, generator=gen, dtype=torch.float64)  # (B, T, C)
+ours = from_torch_mha(torch_mha).eval()
+attn_mask, key_padding_mask = torch_masks(right, PAD_ID)
+theirs, _ = torch_mha(x, x, x, attn_mask=attn_mask,
+                      key_padding_mask=key_padding_mask)  # fmt: skip
+expect_close("nn.MultiheadAttention with your masks", theirs.detach(),
+             ours(x, x, x, target_mask(right, PAD_ID)).detach(),
+             hint="PyTorch reads True as masked out: flip our masks "
+             "with ~, do not pass them as they are")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 2.7: a prefix-LM mask, tested from the outside (2 points)
+#
+# Some models read a prompt of $P$ tokens in both directions and
+# generate the rest causally. Write `prefix_mask(L, P)`, a bool mask of
+# shape $(1, L, L)$ in which query $i$ may attend to key $j$ when
+# $j \le i$ or $j < P$: the first $P$ positions see each other freely,
+# and every later position sees the whole prompt and its own past.
+# With $P = 0$ or $P = 1$ it is the causal mask. The second check
+# tests your mask from the outside, with `attn`: changing the input
+# at a position $t \ge P$ must leave every output before $t$
+# unchanged, while changing the last prompt input must move output 0.
+
+# %% tags=["solution", "hide-input"]
+def prefix_mask(L, P):
+    ### BEGIN SOLUTION
+    i = torch.arange(L).unsqueeze(1)  # (L, 1): queries
+    j = torch.arange(L).unsqueeze(0)  # (1, L): keys
+    return ((j <= i) | (j < P)).unsqueeze(0)  # (1, L, L)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+want = torch.tensor([[[1, 1, 0, 0],
+                      [1, 1, 0, 0],
+                      [1, 1, 1, 0],
+                      [1, 1, 1, 1]]], dtype=torch.bool)  # fmt: skip
+expect_equal("prefix_mask(4, 2)", prefix_mask(4, 2), want,
+             hint="query i may see key j when j <= i OR j < P: the "
+             "prompt is a full block, the rest a lower "
+             "triangle")  # fmt: skip
+for P in (0, 1):
+    expect_equal(f"prefix_mask(5, {P})", prefix_mask(5, P),
+                 causal_mask(5),
+                 hint="with no prompt, or a one-token prompt, the mask "
+                 "is the causal mask")  # fmt: skip
+expect(bool(prefix_mask(5, 5).all()),
+       "prefix_mask(5, 5) should allow every pair",
+       hint="a prompt of the whole length is read in both "
+       "directions")  # fmt: skip
+
+# %% tags=["check"]
+L, P = 8, 3
+mask = prefix_mask(L, P)  # (1, L, L)
+x = torch.randn(1, L, C, generator=gen, dtype=torch.float64)  # (1, L, C)
+before = attn(x, x, x, mask)
+for t in range(P, L):
+    x_t = x.clone()
+    x_t[:, t] += 1.0
+    expect_close(f"attn(x_t, x_t, x_t, mask)[:, :{t}], input {t} "
+                 "changed", attn(x_t, x_t, x_t, mask)[:, :t],
+                 before[:, :t],
+                 hint="a key after the prompt must stay hidden from "
+                 "every earlier query: outside the prompt the mask is "
+                 "causal")  # fmt: skip
+x_t = x.clone()
+x_t[:, P - 1] += 1.0
+moved = (attn(x_t, x_t, x_t, mask)[:, 0] - before[:, 0]).abs().max()
+expect(bool(moved > 1e-6),
+       f"output 0 did not move when input {P - 1} changed",
+       hint="inside the prompt every query sees every prompt key, the "
+       "later ones too")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 4
+# message: Hint: a query with no allowed key must get all-zero
+# def masked_softmax(scores, mask):
+#     scores = scores.masked_fill(~mask, float("-inf"))
+#     return scores.softmax(dim=-1)

@@ -38,6 +38,11 @@
 # (`MultiHeadAttention`) and `transformer_lite/interop.py`
 # (`from_torch_mha`).
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(3)
+
 # %%
 import inspect
 import math
@@ -882,3 +887,312 @@ else:
 #    6 positions (40 keeps $d_k = 8$). Draw it with
 #    `heads_chart` and assert the shifted diagonal. What do the first two
 #    rows look like, and why?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Six exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+# The module `mha` below is the reference most checks compare with:
+# $C = 12$ and $H = 3$ heads of $D = 4$, in float64.
+
+# %% tags=["exercise-setup"]
+import copy
+
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from transformer_lite import (
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
+from transformer_lite.classroom import (
+    expect,
+    expect_close,
+    expect_equal,
+    expect_tensor,
+)
+from transformer_lite.masks import to_torch_attn_mask
+
+gen = torch.Generator().manual_seed(3)
+torch.manual_seed(3)  # the initial weights of the modules below
+B, Lq, Lk, C, H = 2, 3, 5, 12, 3
+D = C // H
+mha = MultiHeadAttention(C, H, dropout=0.0).double().eval()
+x_q = torch.randn(B, Lq, C, generator=gen, dtype=torch.float64)
+x_kv = torch.randn(B, Lk, C, generator=gen, dtype=torch.float64)
+# the second sequence of keys ends in two padding tokens (id 0)
+tokens = torch.tensor([[3, 1, 4, 1, 5], [9, 2, 6, 0, 0]])
+key_mask = padding_mask(tokens, 0)  # (B, 1, Lk), True = may attend
+# PyTorch's module, whose weights exercise 3.5 loads
+torch_mha = nn.MultiheadAttention(C, H, dropout=0.0, batch_first=True)
+torch_mha = torch_mha.double().eval()
+perm = [2, 0, 1]  # a new order of the three heads, for exercise 3.6
+
+# %% [markdown]
+# ### Exercise 3.1: split into heads (1 point)
+#
+# Write `split_heads(x, H)`: reshape a projection of shape $(B, L, C)$
+# into $(B, H, L, D)$ with $D = C / H$, so that head $i$ holds columns
+# $iD, \dots, (i+1)D - 1$ of every position.
+
+# %% tags=["solution", "hide-input"]
+def split_heads(x, H):
+    ### BEGIN SOLUTION
+    B, L, C = x.shape
+    x = x.view(B, L, H, C // H)  # (B, L, H, D)
+    return x.transpose(1, 2)  # (B, H, L, D)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+got = split_heads(x_kv, H)
+expect_tensor("split_heads(x_kv, H)", got, shape=(B, H, Lk, D),
+              hint="the result is (B, H, L, D): heads before "
+              "positions")  # fmt: skip
+expect_close("split_heads(x_kv, H)", got, mha.split_heads(x_kv),
+             hint="view as (B, L, H, D) first, then swap the head and "
+             "position axes with transpose(1, 2); a direct view to "
+             "(B, H, L, D) mixes positions into heads")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 3.2: merge the heads (1 point)
+#
+# Write `merge_heads(x)`, the inverse of `split_heads`: from
+# $(B, H, L, D)$ back to $(B, L, C)$ with $C = HD$, the heads
+# concatenated along the last axis in order.
+
+# %% tags=["solution", "hide-input"]
+def merge_heads(x):
+    ### BEGIN SOLUTION
+    B, H, L, D = x.shape
+    x = x.transpose(1, 2)  # (B, L, H, D)
+    return x.reshape(B, L, H * D)  # (B, L, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+heads = torch.randn(B, H, Lq, D, generator=gen, dtype=torch.float64)
+expect_close("merge_heads(heads)", merge_heads(heads),
+             mha.merge_heads(heads),
+             hint="transpose(1, 2) back to (B, L, H, D), then reshape to "
+             "(B, L, C); view refuses the transposed tensor")  # fmt: skip
+expect_close("merge_heads(split_heads(x_kv, H))",
+             merge_heads(split_heads(x_kv, H)), x_kv,
+             hint="merging must undo splitting exactly")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 3.3: multi-head attention (2 points)
+#
+# Write `multi_head_attention(mha, query, key, value, mask=None)`, the
+# forward pass of the module `mha` spelled out: project with its
+# `w_q`, `w_k`, `w_v`, split into `mha.h` heads, attend with chapter 1's
+# `scaled_dot_product_attention`, merge, and project with `w_o`. The
+# inputs are $(B, L_q, C)$ and $(B, L_k, C)$, the output
+# $(B, L_q, C)$. A mask of shape $(B, L_q, L_k)$ or $(B, 1, L_k)$ is
+# shared by all heads.
+
+# %% tags=["solution", "hide-input"]
+def multi_head_attention(mha, query, key, value, mask=None):
+    ### BEGIN SOLUTION
+    q = split_heads(mha.w_q(query), mha.h)  # (B, H, Lq, D)
+    k = split_heads(mha.w_k(key), mha.h)  # (B, H, Lk, D)
+    v = split_heads(mha.w_v(value), mha.h)  # (B, H, Lk, D)
+    if mask is not None:
+        mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk)
+    x, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, H, Lq, D)
+    return mha.w_o(merge_heads(x))  # (B, Lq, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+expect_close("multi_head_attention(mha, x_q, x_kv, x_kv)",
+             multi_head_attention(mha, x_q, x_kv, x_kv),
+             mha(x_q, x_kv, x_kv),
+             hint="queries come from `query`, keys and values from `key` "
+             "and `value`; apply w_o after merging the "
+             "heads")  # fmt: skip
+
+# %% tags=["check"]
+expect_close("multi_head_attention(mha, x_q, x_kv, x_kv, key_mask)",
+             multi_head_attention(mha, x_q, x_kv, x_kv, key_mask),
+             mha(x_q, x_kv, x_kv, key_mask),
+             hint="give the (B, 1, Lk) mask a head axis, "
+             "mask.unsqueeze(1), so that it broadcasts over "
+             "(B, H, Lq, Lk)")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 3.4: what the heads cost (2 points)
+#
+# Write `mha_parameters(C, bias=True)`, the number of parameters of a
+# multi-head attention block of width $C$ (four $C \times C$
+# projections, each with a bias of $C$ when `bias`), and
+# `mha_flops(B, Lq, Lk, C)`, the floating-point operations of its
+# matrix products in one forward pass: the four projections ($W^Q$
+# and $W^O$ act on the $L_q$ queries, $W^K$ and $W^V$ on the $L_k$
+# keys) and the two products of attention, $QK^\top$ and the weights
+# times $V$. A multiply-add counts as 2 FLOPs. Neither number depends
+# on $H$: the checks count them on modules with different numbers of
+# heads.
+
+# %% tags=["solution", "hide-input"]
+def mha_parameters(C, bias=True):
+    ### BEGIN SOLUTION
+    return 4 * (C * C + (C if bias else 0))
+    ### END SOLUTION
+
+
+def mha_flops(B, Lq, Lk, C):
+    ### BEGIN SOLUTION
+    projections = 2 * 2 * B * (Lq + Lk) * C * C
+    attention = 2 * 2 * B * Lq * Lk * C
+    return projections + attention
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for width, n_heads, bias in ((12, 3, True), (64, 8, True), (64, 1, False)):
+    module = MultiHeadAttention(width, n_heads, bias=bias)
+    want = sum(p.numel() for p in module.parameters())
+    expect_equal(f"mha_parameters({width}, bias={bias})",
+                 mha_parameters(width, bias), want,
+                 hint="four C x C weights, plus four biases of length C "
+                 "when bias is True; H does not appear")  # fmt: skip
+expect_equal("mha_parameters(512)", mha_parameters(512),
+             sum(p.numel() for p in nn.MultiheadAttention(512, 8)
+                 .parameters()),
+             hint="PyTorch's packed module has the same four "
+             "projections")  # fmt: skip
+
+
+# %% tags=["check"]
+def counted_flops(B, Lq, Lk, C, n_heads):
+    """FLOPs of one forward pass, counted by PyTorch."""
+    module = MultiHeadAttention(C, n_heads, dropout=0.0)
+    query, kv = torch.randn(B, Lq, C), torch.randn(B, Lk, C)
+    with FlopCounterMode(display=False) as counter:
+        module(query, kv, kv)
+    return counter.get_total_flops()
+
+
+for shape, n_heads in (((2, 5, 5, 16), 4), ((3, 2, 7, 24), 6),
+                       ((3, 2, 7, 24), 1)):  # fmt: skip
+    expect_equal(f"mha_flops{shape}", mha_flops(*shape),
+                 counted_flops(*shape, n_heads),
+                 hint="W^Q and W^O see Lq positions, W^K and W^V see Lk; "
+                 "Q K^T and weights @ V cost B Lq Lk C multiply-adds "
+                 "each; a multiply-add is 2 FLOPs")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 3.5: weights from PyTorch (2 points)
+#
+# `nn.MultiheadAttention` packs $W^Q$, $W^K$, $W^V$ into one
+# `in_proj_weight` of shape $(3C, C)$ (their rows, in that order) and
+# their biases into one `in_proj_bias` of length $3C$; `out_proj` is
+# an `nn.Linear` like our `w_o`. Write `load_torch_mha(ours, theirs)`,
+# which copies the weights of `theirs` into our `MultiHeadAttention`
+# `ours` in place (under `torch.no_grad()`) and returns `ours`. The
+# checks load `torch_mha`; the second compares the two modules on a
+# causal self-attention (PyTorch reads a bool mask as True = masked
+# out).
+
+# %% tags=["solution", "hide-input"]
+def load_torch_mha(ours, theirs):
+    ### BEGIN SOLUTION
+    weights = theirs.in_proj_weight.chunk(3, dim=0)  # 3 x (C, C)
+    biases = theirs.in_proj_bias.chunk(3)  # 3 x (C,)
+    with torch.no_grad():
+        for linear, w, b in zip((ours.w_q, ours.w_k, ours.w_v), weights,
+                                biases, strict=True):  # fmt: skip
+            linear.weight.copy_(w)
+            linear.bias.copy_(b)
+        ours.w_o.weight.copy_(theirs.out_proj.weight)
+        ours.w_o.bias.copy_(theirs.out_proj.bias)
+    return ours
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+ours = load_torch_mha(MultiHeadAttention(C, H, dropout=0.0).double(),
+                      torch_mha).eval()  # fmt: skip
+blocks = dict(zip("qkv", torch_mha.in_proj_weight.chunk(3), strict=True))
+for name in "qkv":
+    expect_close(f"ours.w_{name}.weight",
+                 getattr(ours, f"w_{name}").weight, blocks[name],
+                 hint="in_proj_weight holds W^Q, W^K, W^V one below the "
+                 "other: cut it into three (C, C) blocks along dim "
+                 "0")  # fmt: skip
+
+# %% tags=["check"]
+ours = load_torch_mha(MultiHeadAttention(C, H, dropout=0.0).double(),
+                      torch_mha).eval()  # fmt: skip
+x = torch.randn(B, Lk, C, generator=gen, dtype=torch.float64)  # (B, L, C)
+tril = causal_mask(Lk)[0]  # (L, L), True = may attend
+want, _ = torch_mha(x, x, x, attn_mask=to_torch_attn_mask(tril))
+expect_close("ours(x, x, x, tril)", ours(x, x, x, tril), want.detach(),
+             hint="copy the biases too (in_proj_bias in three pieces, "
+             "then out_proj.bias), and out_proj.weight into "
+             "w_o")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 3.6: the heads can be shuffled (2 points)
+#
+# The heads of a layer have no order: renumber them, and the layer
+# computes the same function. Write `shuffle_heads(mha, perm)`, which
+# returns a *new* module (leave `mha` as it is: `copy.deepcopy`) whose
+# head $i$ is head `perm[i]` of `mha`. In `nn.Linear`'s (out, in)
+# layout head $i$ owns rows $iD, \dots, (i+1)D - 1$ of `w_q.weight`,
+# `w_k.weight`, `w_v.weight` and of their biases, and the same
+# *columns* of `w_o.weight`, which reads the concatenated heads. The
+# first check confirms the output does not change; the second that
+# the heads really moved.
+
+# %% tags=["solution", "hide-input"]
+def shuffle_heads(mha, perm):
+    ### BEGIN SOLUTION
+    D = mha.d_k
+    rows = torch.cat([torch.arange(p * D, (p + 1) * D) for p in perm])
+    new = copy.deepcopy(mha)
+    with torch.no_grad():
+        for linear in (new.w_q, new.w_k, new.w_v):
+            linear.weight.copy_(linear.weight[rows])  # (C, C)
+            linear.bias.copy_(linear.bias[rows])  # (C,)
+        new.w_o.weight.copy_(new.w_o.weight[:, rows])  # (C, C)
+    return new
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+shuffled = shuffle_heads(mha, perm)
+expect_close("shuffle_heads(mha, perm)(x_kv, x_kv, x_kv, key_mask)",
+             shuffled(x_kv, x_kv, x_kv, key_mask),
+             mha(x_kv, x_kv, x_kv, key_mask),
+             hint="w_o reads the concatenated heads: move the column "
+             "blocks of w_o.weight the same way as the row blocks of "
+             "w_q, w_k, w_v; w_o's bias stays")  # fmt: skip
+
+# %% tags=["check"]
+shuffled = shuffle_heads(mha, perm)
+q_new = shuffled.split_heads(shuffled.w_q(x_kv))  # (B, H, Lk, D)
+q_old = mha.split_heads(mha.w_q(x_kv))  # (B, H, Lk, D)
+expect_close("shuffled.split_heads(shuffled.w_q(x_kv))", q_new,
+             q_old[:, perm],
+             hint="head i of the new module is head perm[i] of mha: "
+             "its rows are perm[i] * D to (perm[i] + 1) * D - 1; and "
+             "do not change mha itself")  # fmt: skip
+expect(shuffled is not mha and shuffled.w_q.weight is not mha.w_q.weight,
+       "shuffle_heads should return a new module",
+       hint="copy.deepcopy(mha), then reorder the copy's "
+       "weights")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 1
+# message: Hint: view as (B, L, H, D) first
+# def split_heads(x, H):
+#     B, L, C = x.shape
+#     return x.view(B, H, L, C // H)

@@ -33,6 +33,11 @@
 # The shape legend is the book's: B batch, L any length, C = `d_model`,
 # H heads, D = `d_k`, V vocabulary.
 
+# %% tags=["remove-input"]
+from transformer_lite.classroom import chapter_card
+
+chapter_card(4)
+
 # %%
 import inspect
 import math
@@ -758,9 +763,11 @@ else:
 #   vector for each clipped distance $j - i$, added to the keys (and
 #   values) inside attention.
 # - **RoPE**, rotary position embedding {cite:p}`su2021roformer`: rotate each
-#   query and key by its own position with exactly the block rotations
-#   $M_k$ of this chapter. Since $(M_m q)^\top (M_n k) = q^\top M_{n-m} k$,
-#   the score depends on the offset $n - m$ only. (Checked just below.)
+#   query and key by its own position with the block rotations $M_k$ of
+#   this chapter. Since $(M_m q)^\top (M_n k) = q^\top M_{n-m} k$, the
+#   score depends on the offset $n - m$ only. (Checked just below. The
+#   package's `rotate_pairs` turns the other way, $M_{-m}$, which leaves
+#   the score a function of the offset just the same.)
 # - **ALiBi**, attention with linear biases {cite:p}`press2022train`: no
 #   position vectors at all; each head subtracts a penalty proportional to
 #   the distance $|i - j|$ from its attention scores, with a different
@@ -836,3 +843,304 @@ assert abs(other - scores[0]) > 1e-3
 #    wrongly. Compare with the package's float16 table, which decodes all
 #    10000 positions. Hint: what is the largest integer up to which every
 #    integer is exactly representable in each format?
+
+# %% [markdown]
+# ## Graded exercises
+#
+# Seven exercises, each with a check that runs when you run its cell.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
+# Work in float64 throughout; the width is $C = 16$.
+
+# %% tags=["exercise-setup"]
+import math
+
+import torch
+
+from transformer_lite import (
+    MultiHeadAttention,
+    make_model,
+    sinusoidal_table,
+)
+from transformer_lite.classroom import (
+    expect,
+    expect_close,
+    expect_tensor,
+)
+
+gen = torch.Generator().manual_seed(4)
+torch.manual_seed(4)  # the initial weights of the modules below
+B, L, C = 2, 10, 16
+x = torch.randn(B, L, C, generator=gen, dtype=torch.float64)  # (B, L, C)
+mha = MultiHeadAttention(C, 4, dropout=0.0).double().eval()
+table = sinusoidal_table(64, C, dtype=torch.float64)  # (64, C)
+# a one-layer Transformer, the reference of exercise 4.6
+model = make_model(20, 20, n_layers=1, d_model=C, d_ff=32, n_heads=2,
+                   max_len=64).double().eval()  # fmt: skip
+tokens = torch.randint(1, 20, (B, 6), generator=gen)  # (B, L)
+
+# %% [markdown]
+# ### Exercise 4.1: attention cannot see order (1 point)
+#
+# Write `order_gap(mha, x, perm, pe=None)`: shuffle the positions of
+# `x` $(B, L, C)$ with the permutation `perm` (a list of $L$ indices),
+# add the position vectors `pe` $(L, C)$ if given, run self-attention
+# `mha(y, y, y)`, and return the largest absolute difference from the
+# unshuffled output, shuffled the same way:
+# $\max \lvert \mathrm{A}(PX + PE) - P\,\mathrm{A}(X + PE) \rvert$, as a
+# Python float. The tokens move; the position vectors stay where they
+# are. Without `pe` the gap is round-off, with it the gap is large.
+
+# %% tags=["solution", "hide-input"]
+def order_gap(mha, x, perm, pe=None):
+    ### BEGIN SOLUTION
+    y, y_shuffled = x, x[:, perm]  # (B, L, C)
+    if pe is not None:
+        y, y_shuffled = y + pe, y_shuffled + pe
+    out = mha(y, y, y)  # (B, L, C)
+    out_shuffled = mha(y_shuffled, y_shuffled, y_shuffled)  # (B, L, C)
+    return (out_shuffled - out[:, perm]).abs().max().item()
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+perm = [3, 0, 7, 1, 9, 2, 5, 8, 4, 6]
+gap = order_gap(mha, x, perm)
+expect(isinstance(gap, float) and gap < 1e-12,
+       f"without positions the gap should be round-off, got {gap!r}",
+       hint="compare mha on the shuffled input with mha's output "
+       "shuffled the same way, out[:, perm]; return a float "
+       "(.item())")  # fmt: skip
+gap = order_gap(mha, x, perm, table[:L])
+expect(gap > 1e-3,
+       f"with positions the gap should be large, got {gap!r}",
+       hint="add the position table after shuffling the tokens: "
+       "x[:, perm] + pe, not (x + pe)[:, perm]")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 4.2: the frequencies (1 point)
+#
+# Write `frequencies(d_model, base=10000.0)`: the angular frequencies
+# $\omega_i = \mathrm{base}^{-2i/d_{\text{model}}}$ for
+# $i = 0, \dots, d_{\text{model}}/2 - 1$, a float64 tensor of shape
+# $(d_{\text{model}}/2,)$. The check reads them back from the table:
+# at position 1, pair $i$ holds $\sin \omega_i$ and $\cos \omega_i$.
+
+# %% tags=["solution", "hide-input"]
+def frequencies(d_model, base=10000.0):
+    ### BEGIN SOLUTION
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (C/2,)
+    return base ** (-two_i / d_model)  # (C/2,)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for base in (10000.0, 100.0):
+    row = sinusoidal_table(2, C, base, dtype=torch.float64)[1]  # (C,)
+    expect_close(f"frequencies({C}, base={base})",
+                 frequencies(C, base), torch.atan2(row[0::2], row[1::2]),
+                 hint="omega_i = base ** (-2 * i / d_model) for i = 0 .. "
+                 "d_model/2 - 1: the exponent uses the even column "
+                 "2i, and omega_0 = 1")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 4.3: the sinusoidal table (1 point)
+#
+# Write `sin_cos_table(max_len, d_model, base=10000.0)`, the paper's
+# table of shape $(L, C)$ in float64: column $2i$ of row $pos$ holds
+# $\sin(\omega_i\, pos)$ and column $2i + 1$ holds
+# $\cos(\omega_i\, pos)$. Use your `frequencies` and broadcasting, no
+# Python loop.
+
+# %% tags=["solution", "hide-input"]
+def sin_cos_table(max_len, d_model, base=10000.0):
+    ### BEGIN SOLUTION
+    pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (L, 1)
+    angle = pos * frequencies(d_model, base)  # (L, C/2)
+    out = torch.empty(max_len, d_model, dtype=torch.float64)
+    out[:, 0::2] = torch.sin(angle)
+    out[:, 1::2] = torch.cos(angle)
+    return out  # (L, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+for max_len, d_model, base in ((50, C, 10000.0), (7, 6, 100.0)):
+    expect_close(f"sin_cos_table({max_len}, {d_model}, {base})",
+                 sin_cos_table(max_len, d_model, base),
+                 sinusoidal_table(max_len, d_model, base,
+                                  dtype=torch.float64),
+                 hint="even columns hold the sines and odd columns the "
+                 "cosines, interleaved (out[:, 0::2], out[:, 1::2]); "
+                 "not all sines first")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 4.4: moving $k$ places is a rotation (2 points)
+#
+# Write `offset_matrix(k, d_model, base=10000.0)`: the float64 matrix
+# $M_k$ of shape $(C, C)$ with $PE(pos + k) = M_k\, PE(pos)$ for every
+# position. It is block-diagonal, with the $2 \times 2$ block
+# $\begin{pmatrix} \cos \omega_i k & \sin \omega_i k \\
+# -\sin \omega_i k & \cos \omega_i k \end{pmatrix}$ at rows and
+# columns $2i, 2i + 1$. Fill the four strided sub-grids of a zero
+# matrix (`M[0::2, 0::2]`, ...), or use `torch.block_diag`. The check
+# moves every row of the table $k$ places down at once:
+# $PE(pos + k)^\top = PE(pos)^\top M_k^\top$.
+
+# %% tags=["solution", "hide-input"]
+def offset_matrix(k, d_model, base=10000.0):
+    ### BEGIN SOLUTION
+    angle = frequencies(d_model, base) * k  # (C/2,)
+    cos, sin = torch.diag(angle.cos()), torch.diag(angle.sin())
+    M = torch.zeros(d_model, d_model, dtype=torch.float64)
+    M[0::2, 0::2], M[0::2, 1::2] = cos, sin
+    M[1::2, 0::2], M[1::2, 1::2] = -sin, cos
+    return M  # (C, C)
+    ### END SOLUTION
+
+
+# %% tags=["check", "points-2"]
+for k in (1, 5, 12, -3):
+    M = offset_matrix(k, C)
+    expect_tensor(f"offset_matrix({k}, {C})", M, shape=(C, C),
+                  dtype=torch.float64,
+                  hint="M_k is a (d_model, d_model) float64 "
+                  "matrix")  # fmt: skip
+    start, stop = max(0, -k), min(64, 64 - k)
+    expect_close(f"table[{start}:{stop}] @ offset_matrix({k}, {C}).T",
+                 table[start:stop] @ M.T, table[start + k : stop + k],
+                 hint="block i is [[cos, sin], [-sin, cos]] at the angle "
+                 "omega_i * k, at rows and columns 2i and 2i + 1; "
+                 "check the signs of the sines")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 4.5: similarity depends on the offset only (1 point)
+#
+# Write `pe_dot(offsets, d_model, base=10000.0)`: for an integer tensor
+# of offsets $k$ of shape $(K,)$, the dot products
+# $PE(pos) \cdot PE(pos + k) = \sum_i \cos(\omega_i k)$, a float64
+# tensor of shape $(K,)$, computed from the closed form without a
+# table.
+
+# %% tags=["solution", "hide-input"]
+def pe_dot(offsets, d_model, base=10000.0):
+    ### BEGIN SOLUTION
+    angle = offsets.unsqueeze(-1) * frequencies(d_model, base)  # (K, C/2)
+    return angle.cos().sum(dim=-1)  # (K,)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+offsets = torch.arange(-20, 21)  # (K,)
+dots = table @ table.T  # (64, 64): PE(pos) . PE(pos')
+want = torch.stack([dots.diagonal(k)[5] for k in offsets.tolist()])
+expect_close("pe_dot(offsets, C)", pe_dot(offsets, C), want,
+             hint="per frequency, sin a sin b + cos a cos b = "
+             "cos(a - b): sum cos(omega_i * k) over the d_model/2 "
+             "frequencies")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 4.6: embeddings with positions (2 points)
+#
+# Write `embed_with_positions(tokens, embedding, table, offset=0)`,
+# the first step of the Transformer in evaluation mode (no dropout):
+# look up the token ids $(B, L)$ in the `nn.Embedding`, multiply by
+# $\sqrt{d_{\text{model}}}$, and add rows `offset` to
+# `offset + L - 1` of the position table $(L_{\max}, C)$. The offset
+# serves decoding one token at a time: the token at step $t$ sits at
+# position $t$. The checks compare with the package's `Transformer`.
+
+# %% tags=["solution", "hide-input"]
+def embed_with_positions(tokens, embedding, table, offset=0):
+    ### BEGIN SOLUTION
+    d_model = embedding.embedding_dim
+    x = embedding(tokens) * math.sqrt(d_model)  # (B, L, C)
+    return x + table[offset : offset + tokens.size(1)]  # (B, L, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+expect_close("embed_with_positions(tokens, ...)",
+             embed_with_positions(tokens, model.src_embed,
+                                  model.positional.table),
+             model.embed(tokens, model.src_embed),
+             hint="scale the token vectors by sqrt(d_model) before "
+             "adding the table, as the paper's embedding layers "
+             "do")  # fmt: skip
+
+# %% tags=["check"]
+step = tokens[:, 4:5]  # (B, 1): the token at step 4
+expect_close("embed_with_positions(step, ..., offset=4)",
+             embed_with_positions(step, model.tgt_embed,
+                                  model.positional.table, 4),
+             model.embed(step, model.tgt_embed, offset=4),
+             hint="the positions start at offset: add rows offset .. "
+             "offset + L - 1 of the table")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 4.7: rotating by position (2 points)
+#
+# RoPE ([chapter 9](09_positions_that_generalise)) turns each query and
+# key by the rotation of its own position. Write
+# `rotate_by_position(x, positions, base=10000.0)`: for `x` of shape
+# $(\dots, L, C)$ and integer `positions` of shape $(L,)$, return $x$
+# with each row $l$ multiplied by $M_{\mathit{positions}[l]}$ of
+# exercise 4.4, without building any matrix: pair
+# $(x_{2i}, x_{2i+1})$ becomes
+# $(x_{2i} \cos\theta + x_{2i+1} \sin\theta,\;
+# -x_{2i} \sin\theta + x_{2i+1} \cos\theta)$ with
+# $\theta = \omega_i \cdot \mathit{pos}$. The first check turns copies
+# of $PE(0)$ into the whole table; the second checks that a rotated
+# query and key score the same whenever their offset is the same.
+
+# %% tags=["solution", "hide-input"]
+def rotate_by_position(x, positions, base=10000.0):
+    ### BEGIN SOLUTION
+    C = x.size(-1)
+    angle = positions.unsqueeze(-1) * frequencies(C, base)  # (L, C/2)
+    cos, sin = angle.cos(), angle.sin()  # (L, C/2)
+    even, odd = x[..., 0::2], x[..., 1::2]  # (..., L, C/2)
+    out = torch.empty_like(x)
+    out[..., 0::2] = even * cos + odd * sin
+    out[..., 1::2] = -even * sin + odd * cos
+    return out  # (..., L, C)
+    ### END SOLUTION
+
+
+# %% tags=["check"]
+first = table[0].repeat(64, 1)  # (64, C): PE(0) in every row
+expect_close("rotate_by_position(PE(0) rows, arange(64))",
+             rotate_by_position(first, torch.arange(64)), table,
+             hint="turn pair i of row l by omega_i * positions[l], with "
+             "the signs of M_k: (a cos + b sin, -a sin + b "
+             "cos)")  # fmt: skip
+
+
+# %% tags=["check"]
+def score(q, k, m, n):
+    """The score of query q at position m and key k at position n."""
+    q_m = rotate_by_position(q.unsqueeze(0), torch.tensor([m]))  # (1, C)
+    k_n = rotate_by_position(k.unsqueeze(0), torch.tensor([n]))  # (1, C)
+    return (q_m * k_n).sum()
+
+
+q, k = torch.randn(2, C, generator=gen, dtype=torch.float64)  # (C,), (C,)
+same = torch.stack([score(q, k, m, m + 7) for m in (0, 3, 40)])
+expect_close("the score at offset 7, from positions 0, 3, 40", same,
+             same[:1].expand(3),
+             hint="the query and the key must both be turned, each by "
+             "its own position: then only the offset n - m "
+             "remains")  # fmt: skip
+expect(bool((score(q, k, 0, 8) - same[0]).abs() > 1e-3),
+       "the score at offset 8 equals the score at offset 7",
+       hint="the angle of pair i is omega_i times the position, not "
+       "a constant")  # fmt: skip
+
+# %% [raw] tags=["planted", "remove-cell"]
+# exercise: 3
+# message: Hint: even columns hold the sines
+# def sin_cos_table(max_len, d_model, base=10000.0):
+#     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+#     angle = pos * frequencies(d_model, base)
+#     return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)

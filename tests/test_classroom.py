@@ -1,0 +1,161 @@
+"""The classroom edition's pieces: the checkers say what is wrong, the
+syllabus covers every chapter with measured times, and a slide deck is
+cut from a chapter as its docstring says."""
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+import torch
+
+from transformer_lite.classroom import (
+    WrongAnswer,
+    chapter_card,
+    expect,
+    expect_close,
+    expect_equal,
+    expect_raises,
+    expect_tensor,
+    syllabus,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import chapter_times  # noqa: E402 - tools/ is not a package
+import slides  # noqa: E402
+
+CHAPTERS = sorted(ROOT.glob("notebooks/[0-9][0-9]_*.py"))
+
+
+def message(check) -> str:
+    with pytest.raises(WrongAnswer) as raised:
+        check()
+    return str(raised.value)
+
+
+def test_checkers_name_the_first_thing_wrong():
+    want = torch.ones(2, 3)
+    assert message(lambda: expect_close("w", [1.0], want)) == (
+        "w should be a torch.Tensor, got list."
+    )
+    assert message(lambda: expect_close("w", torch.ones(3, 2), want)) == (
+        "w has shape (3, 2); expected (2, 3)."
+    )
+    nan = torch.ones(2, 3)
+    nan[1, 2] = math.nan
+    assert "1 non-finite value (NaN), the first at index (1, 2)" in message(
+        lambda: expect_close("w", nan, want)
+    )
+    off = want.clone()
+    off[0, 1] = 1.5
+    text = message(lambda: expect_close("w", off, want, hint="look"))
+    assert "largest difference is 0.5, at index (0, 1)" in text
+    assert text.endswith("\nHint: look")
+    assert message(lambda: expect_tensor("x", want, dtype=torch.int64)) == (
+        "x has dtype torch.float32; expected torch.int64."
+    )
+    ids = torch.tensor([1, 2, 3])
+    assert "differs in 2 places, the first at index (0,)" in message(
+        lambda: expect_equal("ids", ids, torch.tensor([0, 2, 0]))
+    )
+    assert message(lambda: expect_equal("n", 3, 4)) == "n is 3; expected 4."
+    assert message(lambda: expect(False, "no")) == "no"
+
+
+def test_checkers_pass_what_is_right():
+    x = torch.randn(3, 4, dtype=torch.float64)
+    expect_close("x", x + 1e-12, x)
+    inf = torch.tensor([-math.inf, 0.0])
+    expect_close("inf", inf.clone(), inf)  # equal infinities are equal
+    expect_equal("x", x.clone(), x)
+    expect_raises(ValueError, lambda: int("x"), match="invalid literal")
+    assert expect_tensor("x", x, shape=(3, 4), dtype=torch.float64) is x
+
+
+def test_expect_raises_explains_what_happened_instead():
+    assert "nothing was raised" in message(
+        lambda: expect_raises(ValueError, lambda: 1)
+    )
+    assert "got KeyError" in message(
+        lambda: expect_raises(ValueError, lambda: {}["a"])
+    )
+    assert "does not match 'shape'" in message(
+        lambda: expect_raises(ValueError, lambda: int("x"), match="shape")
+    )
+    with pytest.raises(NotImplementedError):  # a stub is not a wrong answer
+        expect_raises(ValueError, _stub)
+
+
+def _stub():
+    raise NotImplementedError()
+
+
+def test_the_syllabus_covers_every_chapter_with_measured_times():
+    entries = syllabus()
+    numbers = [int(p.name[:2]) for p in CHAPTERS if p.name[:2] != "00"]
+    assert sorted(entries) == numbers
+    for number, entry in entries.items():
+        assert 3 <= len(entry.objectives) <= 5, number
+        assert all(c < number for c in entry.chapters), number
+        assert entry.maths and entry.running_seconds > 0
+    for path in CHAPTERS[1:]:  # reading time as tools/chapter_times.py
+        counted = chapter_times.reading_minutes(path)
+        stored = entries[int(path.name[:2])].reading_minutes
+        assert abs(stored - counted) <= 0.25 * counted, (
+            f"{path.name}: {stored} min stored, {counted} counted: "
+            "run make chapter-times"
+        )
+
+
+def test_chapter_card_lists_objectives_prerequisites_and_times():
+    card = chapter_card(7).data
+    for objective in syllabus()[7].objectives:
+        assert f"- {objective}" in card
+    assert "**Before it:** chapter 6;" in card and "to run on one CPU" in card
+    assert "chapters 5, 7 and 10" in chapter_card(11).data
+    with pytest.raises(ValueError, match="no chapter 13"):
+        chapter_card(13)
+
+
+def test_running_times_come_from_the_junit_report(tmp_path):
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="notebooks.01_attention.ipynb" time="2.5"/>'
+        '<testcase classname="notebooks.01_attention.ipynb" time="3.0"/>'
+        '<testcase classname="notebooks.07_translation.ipynb" time="9"/>'
+        '<testcase classname="tests.test_assignments" time="60"/>'
+        "</testsuite></testsuites>"
+    )
+    assert chapter_times.running_seconds(report) == {"01": 6, "07": 9}
+
+
+def test_a_deck_is_cut_from_the_executed_chapter(tmp_path):
+    v4 = nbformat.v4
+    png = "iVBORw0KGgo="  # any base64 will do for the page's structure
+    figure = v4.new_output("display_data", data={"image/png": png})
+    cells = [
+        v4.new_markdown_cell("# 3. A chapter\n\nIntro."),
+        v4.new_markdown_cell("## Scores\n\nText $a_1$.\n\n$$x^2_i$$"),
+        v4.new_code_cell("plot()", outputs=[figure]),
+        v4.new_code_cell(
+            "hidden()", outputs=[figure], metadata={"tags": ["remove-output"]}
+        ),  # fmt: skip
+        v4.new_markdown_cell("## Summary\n\n- one *point*\n- two"),
+        v4.new_markdown_cell("## Graded exercises\n\n$$y$$"),
+    ]
+    executed = tmp_path / "executed"
+    executed.mkdir()
+    nbformat.write(v4.new_notebook(cells=cells), executed / "03_x.ipynb")
+    page = slides.deck(nbformat.read(executed / "03_x.ipynb", 4), ["Do."])
+    assert "<h1>3. A chapter</h1>" in page and "<li>Do.</li>" in page
+    assert page.count("data:image/png;base64") == 1  # remove-output not
+    assert '<div class="math">\\[x^2_i\\]</div>' in page
+    assert '<section class="summary"><h2>Summary</h2>' in page
+    assert "<em>point</em>" in page and "\\[y\\]" not in page
+    assert "http" not in page.replace("http-equiv", "")
+    data = json.dumps(page)
+    assert "../_static/reveal/reveal.js" in data
