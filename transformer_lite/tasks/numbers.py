@@ -18,6 +18,7 @@ __all__ = [
     "number_pairs",
     "number_splits",
     "number_words",
+    "sparse_numbers",
 ]
 
 MAX_DIGITS = 6  # numbers below a million by default
@@ -110,3 +111,39 @@ def number_pairs(
         raise ValueError(f"pair must be one of {PAIRS}, got {pair!r}")
     src, tgt = pair.split("-")
     return [(number_words(n, src), number_words(n, tgt)) for n in numbers]
+
+
+def sparse_numbers(
+    count: int,
+    *,
+    exclude: set[int] | frozenset[int] = frozenset(),
+    max_digits: int = MAX_DIGITS,
+    seed: int = 0,
+) -> list[int]:
+    """``count`` numbers of four or more digits, most of them zeros
+    (chapter 7): round numbers such as 40 000, and numbers such as
+    300 020 or 10 007, whose words leave whole parts unsaid.
+
+    Each is drawn by a count of digits, uniform in 4..``max_digits``,
+    one to three non-zero digits (the first digit is one), their places
+    and values; a number in ``exclude`` is drawn again. Numbers may
+    repeat: there are few round numbers. Same arguments, same list.
+    """
+    check_sizes(count=count)
+    check_int("max_digits", max_digits, low=4, high=MAX_DIGITS_LIMIT)
+    check_int("seed", seed, low=0)
+    rng = random.Random(seed)
+    drawn: list[int] = []
+    for _ in range(100 * count):  # exclude may hold most round numbers
+        if len(drawn) == count:
+            return drawn
+        digits = rng.randint(4, max_digits)
+        places = [0, *rng.sample(range(1, digits), rng.randint(0, 2))]
+        number = sum(rng.randint(1, 9) * 10 ** (digits - 1 - p)
+                     for p in places)  # fmt: skip
+        if number not in exclude:
+            drawn.append(number)
+    raise ValueError(
+        f"could not draw {count} numbers outside exclude "
+        f"({len(exclude)} numbers): exclude fewer"
+    )

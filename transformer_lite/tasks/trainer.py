@@ -16,7 +16,13 @@ from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.device import default_device, seed_everything
 from transformer_lite.model import Transformer, TransformerConfig
 from transformer_lite.tasks.corpus import bucket_batches
-from transformer_lite.tasks.numbers import MAX_DIGITS_LIMIT, PAIRS
+from transformer_lite.tasks.numbers import (
+    MAX_DIGITS_LIMIT,
+    PAIRS,
+    balance_digits,
+    sparse_numbers,
+)
+from transformer_lite.tasks.slices import number_slices
 from transformer_lite.tasks.tokenizer import SPECIAL_TOKENS
 from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
 from transformer_lite.tasks.translator import Translator
@@ -39,6 +45,7 @@ __all__ = [
     "default_model_dir",
     "train",
     "train_tokenizers",
+    "training_numbers",
 ]
 
 
@@ -52,6 +59,8 @@ class TranslateConfig:
     n_test: int = 1000  # held out, for the final scores
     max_digits: int = 6  # numbers below a million
     digits_share: float = 0.15  # repeat short numbers up to this share
+    sparse_share: float = 0.15  # add numbers with many zeros, this share
+    slice_size: int = 200  # held-out numbers per sampled family (slices)
     src_vocab: int = 130  # BPE vocabulary of the source, specials included
     tgt_vocab: int = 120  # and of the target
     n_layers: int = 2  # small: the task needs little depth
@@ -84,6 +93,7 @@ class TranslateConfig:
                 high = MAX_DIGITS_LIMIT if f.name == "max_digits" else None
                 check_int(f.name, value, low=lowest.get(f.name, 1), high=high)
         check_real("digits_share", self.digits_share, low=0.0, high=1.0)
+        check_real("sparse_share", self.sparse_share, low=0.0, high=1.0)
         for name in ("dropout", "smoothing"):
             check_real(name, getattr(self, name), low=0.0, high=1.0,
                        high_open=True)  # fmt: skip
@@ -138,6 +148,38 @@ def train_tokenizers(
         Tokenizer.train(sources, config.src_vocab),
         Tokenizer.train(targets, config.tgt_vocab),
     )
+
+
+def training_numbers(
+    splits: dict[str, list[int]], config: TranslateConfig
+) -> list[int]:
+    """The numbers to train on, with repeats (chapter 7): the training
+    split with its short numbers repeated (``digits_share``,
+    :func:`~transformer_lite.tasks.numbers.balance_digits`), then
+    ``sparse_share * n_train`` numbers with many zeros
+    (:func:`~transformer_lite.tasks.numbers.sparse_numbers`), none of
+    them in the validation or test split or in any family of
+    :func:`~transformer_lite.tasks.slices.number_slices`: the families
+    stay held out.
+    """
+    # a share of 0: every number once (balance_digits wants >= 1)
+    at_least = max(1, round(config.digits_share * config.n_train))
+    numbers = balance_digits(splits["train"], at_least)
+    count = round(config.sparse_share * config.n_train)
+    if count and config.max_digits >= 4:
+        families = number_slices(
+            splits,
+            size=config.slice_size,
+            max_digits=config.max_digits,
+            seed=config.seed,
+        )
+        exclude = {n for xs in families.values() for n in xs}
+        exclude |= set(splits["valid"]) | set(splits["test"])
+        numbers += sparse_numbers(
+            count, exclude=exclude, max_digits=config.max_digits,
+            seed=config.seed,
+        )  # fmt: skip
+    return numbers
 
 
 def check_lengths(
