@@ -269,9 +269,9 @@ assert all(after[d] == before[d] for d in (4, 5, 6))
 # *dreihunderttausend* (300 000) before anything like 318 462, and in a
 # split of numbers drawn digit by digit such round numbers, and numbers
 # such as 300 020 whose words leave whole parts unsaid, are a sliver.
-# The last step of the recipe adds `sparse_share` (15%) of `n_train`
-# such numbers, drawn by `sparse_numbers`: four to six digits of which
-# one to three are not zero. Why, and how we know it works, is the
+# The last step of the recipe adds `sparse_share` (25%) of `n_train`
+# such numbers, drawn by `sparse_numbers`: four to six digits, the first
+# one to nine, each of the others zero with probability 2/3. Why, and how we know it works, is the
 # subject of the section on evaluation by slice below; the numbers it
 # adds come from outside the validation and test splits and outside
 # every family of numbers that section tests on. `training_numbers`
@@ -286,9 +286,9 @@ print(f"{len(train_numbers)} training examples, of which {len(sparse)} "
       "with many zeros, such as", ", ".join(map(str, sparse[:6])))
 
 # %% tags=["remove-cell"]
-assert len(sparse) == round(config.sparse_share * config.n_train) == 3000
-assert all(sum(c != "0" for c in str(n)) <= 3 <= len(str(n)) - 1
-           for n in sparse)
+assert len(sparse) == round(config.sparse_share * config.n_train) == 5000
+tails = "".join(str(n)[1:] for n in sparse)  # the first digit is 1..9
+assert 0.6 < tails.count("0") / len(tails) < 0.73 and min(sparse) >= 1000
 assert not set(sparse) & (set(splits["valid"]) | set(splits["test"]))
 
 # %% [markdown]
@@ -936,7 +936,7 @@ assert len(families["round k x 10^n"]) >= 10
 # *tausend* at all. The model must notice that a part is *missing*,
 # which is harder than translating a part that is there, and a model
 # that has seen few such gaps fills them. The recipe of this chapter
-# trains on 3000 numbers with gaps (`sparse_numbers`), and the same
+# trains on 5000 numbers with gaps (`sparse_numbers`), and the same
 # families, scored on the model trained above, now read:
 
 # %%

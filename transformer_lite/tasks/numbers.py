@@ -25,6 +25,7 @@ MAX_DIGITS = 6  # numbers below a million by default
 MAX_DIGITS_LIMIT = 15  # num2words writes every number below 10**15
 LANGUAGES = {"de": "German", "en": "English", "fr": "French"}
 PAIRS = ("de-en", "fr-en")  # source-target, as the Annotated Transformer
+ZERO_CHANCE = 2 / 3  # of each digit but the first, in sparse_numbers
 
 
 @functools.lru_cache(maxsize=2**20)
@@ -122,12 +123,13 @@ def sparse_numbers(
 ) -> list[int]:
     """``count`` numbers of four or more digits, most of them zeros
     (chapter 7): round numbers such as 40 000, and numbers such as
-    300 020 or 10 007, whose words leave whole parts unsaid.
+    400 003 or 200 250, whose words leave whole parts unsaid.
 
-    Each is drawn by a count of digits, uniform in 4..``max_digits``,
-    one to three non-zero digits (the first digit is one), their places
-    and values; a number in ``exclude`` is drawn again. Numbers may
-    repeat: there are few round numbers. Same arguments, same list.
+    Each is drawn by a count of digits, uniform in 4..``max_digits``, a
+    first digit 1..9, and every other digit 0 with probability
+    ``ZERO_CHANCE`` (2/3), else 1..9; a number in ``exclude`` is drawn
+    again. Numbers may repeat: there are few round numbers. Same
+    arguments, same list.
     """
     check_sizes(count=count)
     check_int("max_digits", max_digits, low=4, high=MAX_DIGITS_LIMIT)
@@ -137,10 +139,11 @@ def sparse_numbers(
     for _ in range(100 * count):  # exclude may hold most round numbers
         if len(drawn) == count:
             return drawn
-        digits = rng.randint(4, max_digits)
-        places = [0, *rng.sample(range(1, digits), rng.randint(0, 2))]
-        number = sum(rng.randint(1, 9) * 10 ** (digits - 1 - p)
-                     for p in places)  # fmt: skip
+        digits = [rng.randint(1, 9)]
+        for _ in range(rng.randint(4, max_digits) - 1):
+            zero = rng.random() < ZERO_CHANCE
+            digits.append(0 if zero else rng.randint(1, 9))
+        number = int("".join(map(str, digits)))
         if number not in exclude:
             drawn.append(number)
     raise ValueError(

@@ -59,7 +59,7 @@ class TranslateConfig:
     n_test: int = 1000  # held out, for the final scores
     max_digits: int = 6  # numbers below a million
     digits_share: float = 0.15  # repeat short numbers up to this share
-    sparse_share: float = 0.15  # add numbers with many zeros, this share
+    sparse_share: float = 0.25  # add numbers with many zeros, this share
     slice_size: int = 200  # held-out numbers per sampled family (slices)
     src_vocab: int = 130  # BPE vocabulary of the source, specials included
     tgt_vocab: int = 120  # and of the target
