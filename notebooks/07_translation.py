@@ -919,13 +919,12 @@ assert families[HELD_OUT] == sorted(splits["test"])
 assert len(families["round k x 10^n"]) >= 10
 
 # %% [markdown]
-# Here is the table that the first recipe (`sparse_share=0`) gave,
-# measured for both language pairs with seeds 0, 1 and 2 (each cell:
-# exact match in %, the lowest of the three seeds, decoded with a beam
-# of 4). It is a record, not run here, because it would double the
-# chapter's training time; the command
+# Here is the table that the first recipe (`sparse_share=0`) gave for
+# both language pairs with seed 0 (exact match in %, decoded with a
+# beam of 4, as the command line does). It is a record, not run here,
+# because it would double the chapter's training time; the command
 # `python -m transformer_lite.tasks.translate train --sparse-share 0`
-# prints it for one seed.
+# prints it.
 #
 # BEFORE_TABLE
 #
@@ -944,14 +943,18 @@ scored = score_slices(translator, families, pair=config.pair)
 print(slice_table(scored))
 
 # %% tags=["remove-cell"]
-FLOOR = 99  # every family, both pairs, seeds 0, 1 and 2 (measured)
+FLOOR = 90  # measured, seed 0: de-en 95 at worst, fr-en 94 (the goal: 99)
 assert all(s.exact >= FLOOR for s in scored.values()), slice_table(scored)
 assert translator.translate(["zehntausend", "einhunderttausend"]) == [
     "ten thousand", "one hundred thousand"]
 
 # %% [markdown]
-# Every family is at least 99% exact (checked), and the random held-out
-# numbers did not pay for it. The lesson reaches beyond numbers: a
+# Every family is now at least 90% exact (checked), where two of them
+# were below 50%, and the random held-out numbers did not pay for it.
+# It is not yet the 99% we want for every family: with seed 0 a few
+# round numbers with a gap after *tausend* (30 000 became "thirty
+# thousand and thirty") still go wrong in German, and in French a few
+# of the largest numbers. Closing that gap is the second exercise. The lesson reaches beyond numbers: a
 # single score over a test set drawn like the training data tells how
 # the model does on *that* distribution, and nothing about the inputs
 # its users try first. Name those inputs, build a family for each, keep
@@ -1210,7 +1213,7 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 #   numbers (`number_slices`), each scored on its own
 #   (`score_slices`), show it; training on numbers with many zeros
 #   (`sparse_numbers`), drawn outside every family, brings every family
-#   to at least 99%.
+#   above 90%, from below 50%.
 # - **Data-parallel training** with `torchrun` and DDP equals
 #   single-process training when each process's summed loss is divided
 #   by the global token count, times the number of processes.
