@@ -2,6 +2,9 @@
 # `make help` lists them.
 
 PYTHON ?= python3
+# Processes that run the chapters (nbval) and the browser tests side by
+# side; 0 runs everything in one process, one test after another.
+WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
@@ -44,17 +47,25 @@ notebooks/%.ipynb: notebooks/%.py
 # nbval also hands each chapter it executed, outputs included, to the book's
 # execution cache (tools/nbval_book_cache.py): `make book` right after it
 # renders those outputs instead of running every chapter a second time.
+# The chapters run WORKERS at a time (pytest-xdist), each whole in one
+# worker and on one thread (OMP_NUM_THREADS=1): a chapter that asks for
+# two threads while another chapter holds a core waits on its descheduled
+# thread at every operation, and runs many times slower. The later
+# chapters, the long ones, start first, so that the workers finish close
+# together.
+NBVAL_ENV := $(if $(filter 0,$(WORKERS)),,OMP_NUM_THREADS=1)
 nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a test (nbval)
 	@if [ -z "$(IPYNB)" ]; then echo "no notebooks yet"; exit 0; fi; \
-	PYTHONPATH=tools $(BIN)/python -m pytest -q -p no:cacheprovider \
+	$(NBVAL_ENV) PYTHONPATH=tools $(BIN)/python -m pytest -q \
+	  -p no:cacheprovider -n $(WORKERS) --dist loadfile \
 	  -p nbval_book_cache --book-cache _build/.jupyter_cache --nbval \
 	  --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
-	  --durations=0 $(IPYNB)
+	  --durations=0 $$(printf '%s\n' $(IPYNB) | sort -r)
 
 # Every chapter takes all of its seeds from BOOK_SEED (default 0, the book's).
 # The chapters that train or sample run again with other seeds, so that a
 # claim true of one random path only fails here. Add chapters as they land.
-SWEEP_CHAPTERS ?= 06 07 08 09 10
+SWEEP_CHAPTERS ?= 06 07 08 09 10 11 12
 SWEEP_SEEDS ?= 1 2
 SWEEP_IPYNB = $(patsubst %.py,%.ipynb,$(foreach n,$(SWEEP_CHAPTERS),\
   $(wildcard notebooks/$(n)_*.py)))
@@ -81,7 +92,8 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser-test: book  ## open every page of the book in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
-	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider
+	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider \
+	  -n $(WORKERS)
 
 # Jupyter refuses to run as root unless told; containers often are root.
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)

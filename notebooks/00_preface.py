@@ -12,7 +12,7 @@
 # # 0. Preface
 #
 # This book builds the Transformer of "Attention Is All You Need"
-# (Vaswani et al., 2017) from its central formula up to a trained,
+# {cite:p}`vaswani2017attention` from its central formula up to a trained,
 # fast translation model. Each chapter reads the same way: an equation,
 # the few lines of code that implement it with the paper's symbols as
 # variable names, and then a printed shape, a picture or a check that
@@ -30,7 +30,8 @@
 #   laptop CPU, so a chapter can be run live in front of a room.
 # - **Anyone who needs a reference implementation they can trust.** The
 #   companion package, `transformer_lite`, is small enough to read in an
-#   afternoon, and it is tested against PyTorch itself.
+#   afternoon, and it is tested against PyTorch itself
+#   {cite:p}`paszke2019pytorch`.
 #
 # ## What is different about it
 #
@@ -51,6 +52,12 @@
 # - **One source of truth.** The chapters import what they teach from
 #   the package and display its source rather than pasting a copy, so
 #   book and library cannot drift apart.
+# - **Pictures you can question.** The interactive charts are drawn with
+#   Altair {cite:p}`vanderplas2018altair`: hover over a cell of an
+#   attention map to read its weight, or pick a head to see what it
+#   looks at. Like the chapters of *Dive into Deep Learning*
+#   {cite:p}`zhang2023dive`, each chapter ends with a summary and
+#   exercises.
 
 # %% [markdown]
 # ## How to run it
@@ -143,6 +150,16 @@ print(f"device           {device}")
 #     decoder alone trained to predict the next token of Python's own
 #     documentation, perplexity, sampling with temperature, top-k and
 #     top-p, and Transformer-XL's memory of the previous segment.
+# 11. **[The Vision Transformer and cross-modal
+#     attention](11_vision_and_cross_modal)**: images as patch tokens, a
+#     ViT against a CNN and logistic regression on real handwriting, and
+#     an image encoder with the text decoder that reads handwritten
+#     numbers aloud.
+# 12. **[Shipping and scaling out](12_shipping_and_scaling_out)**: the
+#     translator exported with `torch.export` and ONNX and run in ONNX
+#     Runtime with the same tokens, eager, compiled, ONNX Runtime and
+#     int8 side by side, and tensor-parallel and fully-sharded training
+#     across two processes.
 
 # %% [markdown]
 # ## Notation

@@ -51,7 +51,11 @@ print(f"device: {device}, BOOK_SEED={SEED}")
 # %% [markdown]
 # ## The formula
 #
-# Vaswani et al. (2017) define attention for a matrix of queries $Q$,
+# Attention is older than the Transformer: the translator of
+# {cite:t}`bahdanau2015neural` learned to weigh every source word as it
+# wrote each word of the target. The paper kept the attention and
+# dropped the recurrence around it. {cite:t}`vaswani2017attention`
+# define attention for a matrix of queries $Q$,
 # keys $K$ and values $V$ as
 #
 # $$

@@ -229,8 +229,9 @@ heatmap(
 # A decoder is trained to predict every next token of the target at once:
 # given $y_0, \dots, y_i$ it predicts $y_{i+1}$, for all $i$ in one pass.
 # If position $i$ could attend to position $i+1$ it would simply read the
-# answer. The causal mask (Vaswani et al., 2017, call it masking of
-# "subsequent positions") lets query $i$ see keys $0, \dots, i$ and
+# answer. The causal mask, the paper's masking of "subsequent
+# positions" {cite:p}`vaswani2017attention`, lets query $i$ see keys
+# $0, \dots, i$ and
 # nothing later:
 #
 # $$ M_{ij} = [\, j \le i \,]. $$
@@ -623,7 +624,8 @@ assert torch.isnan(w_inf[2]).all()
 assert torch.isnan((w_inf @ torch.randn(4, 2, device=device)).sum())
 
 # %% [markdown]
-# **(b) $-10^9$**, as the Annotated Transformer (Rush, 2018) does. In float32
+# **(b) $-10^9$**, as the Annotated Transformer
+# {cite:p}`rush2018annotated` does. In float32
 # this is an ordinary number, far below any real score, so $e^{-10^9 - \max}$
 # rounds to exactly zero and the first two rows come out as with $-\infty$. In
 # the third row every entry is the same $-10^9$, and the softmax of equal
@@ -667,7 +669,7 @@ assert torch.isinf(_additive16[~mask]).all()
 assert torch.isnan((scores.half() + _additive16).softmax(-1)[2]).all()
 
 # %% [markdown]
-# Mixed-precision training (Micikevicius et al., 2018) computes scores in
+# Mixed-precision training {cite:p}`micikevicius2018mixed` computes scores in
 # float16, so a model written with $-10^9$ crashes the moment it is
 # switched to half precision. Had the $-10^9$ been an additive float mask
 # instead, it would have become $-\infty$ without a word and brought back

@@ -83,7 +83,8 @@ print(f"device: {device}, BOOK_SEED={SEED}")
 # own projections $W^Q_i, W^K_i \in \mathbb{R}^{d_{\text{model}} \times
 # d_k}$ and $W^V_i \in \mathbb{R}^{d_{\text{model}} \times d_v}$, so it
 # compares queries and keys in its own learned subspace and forms its own
-# distribution (Vaswani et al., 2017, section 3.2.2):
+# distribution (section 3.2.2 of the paper,
+# {cite:p}`vaswani2017attention`):
 #
 # $$
 # \mathrm{head}_i = \mathrm{Attention}(Q W^Q_i,\; K W^K_i,\; V W^V_i),
@@ -448,8 +449,9 @@ assert 18 * formula == 18_911_232
 #
 # Trained Transformers grow heads with recognisable jobs: heads that look
 # at the previous or the next token, heads that find a word's syntactic
-# partner, heads that park their weight on a separator token (Voita et
-# al., 2019; Clark et al., 2019). Training is chapter 6's business, so
+# partner, heads that park their weight on a separator token
+# {cite:p}`voita2019analyzing,clark2019what`. Training is chapter 6's
+# business, so
 # here we *set* the weights by hand to give four heads four different
 # jobs, and then look at what they attend to.
 #

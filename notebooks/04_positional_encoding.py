@@ -172,8 +172,9 @@ assert not torch.allclose(out_pos_shuffled, out_pos[:, perm], atol=1e-3)
 # One caveat: the decoder's causal mask ([chapter 2](02_masks)) is not
 # symmetric under shuffling, since token $t$ sees exactly $t + 1$ tokens.
 # Decoder-only language models trained without any positional encoding do
-# pick up some sense of position from that alone (Haviv et al., 2022). The
-# encoder has no such crutch, and the paper gives both stacks explicit
+# pick up some sense of position from that alone
+# {cite:p}`haviv2022transformer`. The encoder has no such crutch, and the paper
+# gives both stacks explicit
 # positions.
 #
 # ## The sinusoidal table
@@ -520,8 +521,8 @@ assert abs(dots[3, 8].item() - dots[3, 9].item()) > 1e-3
 # still near 1, which keeps the curve well above zero at this range. It is
 # a decay, but not a monotone one. And it is blind to direction: the curve
 # is the same on both sides, so the raw encodings alone cannot tell
-# "before" from "after" (Yan et al., 2019, made this point); the learned
-# projections $W^Q, W^K$ have to.
+# "before" from "after", as {cite:t}`yan2019tener` point out; the
+# learned projections $W^Q, W^K$ have to.
 
 # %%
 offsets = torch.arange(-200, 201)  # (K,)
@@ -663,8 +664,9 @@ assert torch.equal(sinusoidal_table(10_000, d_model)[:max_len], table32)
 #
 # Instead of a formula, the model can learn one vector per position: an
 # embedding table indexed by position instead of by token, trained with
-# the rest (Gehring et al., 2017, used this in their convolutional
-# translation model; BERT and GPT later did too). The package has it as
+# the rest. The convolutional translation model of
+# {cite:t}`gehring2017convolutional` used one; BERT and GPT later did
+# too. The package has it as
 # `LearnedPositionalEmbedding`, with the same interface:
 
 # %%
@@ -804,8 +806,9 @@ assert abs(other - scores[0]) > 1e-3
 # - `LearnedPositionalEmbedding` trains `max_len` ×
 #   $d_{\text{model}}$ parameters instead; the paper found the two nearly
 #   identical in quality (Table 3, row E). Neither extrapolates well in
-#   practice, which motivates relative schemes: Shaw et al. (2018), RoPE
-#   and ALiBi, built in [chapter 9](09_positions_that_generalise).
+#   practice, which motivates relative schemes:
+#   {cite:t}`shaw2018self`, RoPE and ALiBi, built in [chapter
+#   9](09_positions_that_generalise).
 #
 # ## Exercises
 #

@@ -354,8 +354,9 @@ for L in (20, 40):
 # thirds of its arithmetic for sentences of a few dozen tokens: per
 # position, the FFN costs $2 C d_{ff} = 8C^2$ multiply-adds, attention
 # $4C^2$ for its projections plus $2LC$ for scores and weighted sum.
-# Later work reads the FFN as a key-value memory (Geva et al., 2021); for
-# us it is simply where each position computes on what attention brought
+# Later work reads the FFN as a key-value memory
+# {cite:p}`geva2021transformer`; for us it is simply where each position
+# computes on what attention brought
 # it.
 #
 # ## Residual connections and LayerNorm
@@ -363,8 +364,9 @@ for L in (20, 40):
 # Each sublayer (attention or FFN) is wrapped in two more operations. A
 # *residual connection* adds the sublayer's input to its output, so the
 # sublayer only has to learn a correction to the identity, and gradients
-# have a direct path through the whole stack (He et al., 2016). *Layer
-# normalisation* (Ba et al., 2016) rescales each position's vector to
+# have a direct path through the whole stack {cite:p}`he2016deep`.
+# *Layer normalisation* {cite:p}`ba2016layer` rescales each position's vector
+# to
 # mean 0 and variance 1, then applies a learned gain $\gamma$ and bias
 # $\beta$:
 #
@@ -392,7 +394,7 @@ for L in (20, 40):
 # $\mathrm{LayerNorm}(x + \mathrm{Sublayer}(x))$, and its code computes
 # `x + dropout(sublayer(norm(x)))` with a final norm after each stack: it
 # is pre-LN, and a comment in that code says so, putting the norm first
-# for simplicity. Xiong et al. (2020) showed that pre-LN can be trained
+# for simplicity. {cite:t}`xiong2020layer` showed that pre-LN can be trained
 # without the learning-rate warm-up post-LN needs; chapter 6 compares the
 # two in practice.
 #
@@ -411,7 +413,8 @@ def pre_ln(x, sublayer, norm):
 # %% [markdown]
 # The package's `EncoderLayer` holds both, chosen by the flag `norm_first`
 # (PyTorch's name for it). The dropouts are the paper's "residual
-# dropout", applied to each sublayer's output before the sum.
+# dropout": dropout {cite:p}`srivastava2014dropout` applied to each
+# sublayer's output before the sum.
 
 # %%
 show(EncoderLayer._attend, EncoderLayer._feed, EncoderLayer.forward)
@@ -969,7 +972,7 @@ assert 30 < rms(default * math.sqrt(C)) / sizes["positional encoding"] < 34
 # is natural: the embedding represents token $v$ by row $v$, and the
 # generator scores token $v$ by the dot product of the decoder's vector
 # with row $v$, so both ask the same matrix what token $v$ looks like in
-# the model's space (Press and Wolf, 2017). The generator keeps its own
+# the model's space {cite:p}`press2017using`. The generator keeps its own
 # bias, V numbers.
 
 # %%

@@ -234,8 +234,9 @@ assert torch.equal(batch.tgt_mask[row, :row_len, :row_len],
 #
 # Cross-entropy against a one-hot target rewards the model for putting
 # probability 1 on the right token, which it can approach only by driving
-# its logits apart without limit. Label smoothing (Szegedy et al., 2016),
-# used by the paper with $\varepsilon_{ls} = 0.1$, trains instead against a
+# its logits apart without limit. Label smoothing
+# {cite:p}`szegedy2016rethinking`, used by the paper with $\varepsilon_{ls} =
+# 0.1$, trains instead against a
 # softened target $q$ that keeps $1-\varepsilon$ on the right token $y$
 # and spreads $\varepsilon$ over the vocabulary:
 #
@@ -819,7 +820,7 @@ assert shifted.min().item() > 0.5
 #
 # [Chapter 5](05_encoder_decoder) described the two places for LayerNorm:
 # after the residual sum (post-LN, the paper) or before each sublayer
-# (pre-LN). Xiong et al. (2020), "On Layer Normalization in the
+# (pre-LN). {cite:t}`xiong2020layer`, "On Layer Normalization in the
 # Transformer Architecture", showed why the paper needed its warm-up:
 # in a post-LN Transformer the gradients of the parameters near the
 # output are large at initialisation, and a large learning rate from the
@@ -1100,7 +1101,8 @@ checkpoint_dir.cleanup()
 #   decoding** decodes the rows of a batch independently.
 # - Deep, at a high learning rate, **post-LN without warm-up** learned
 #   least (nothing, in the run shown), warm-up rescued it partly, and
-#   **pre-LN** trained with or without warm-up (Xiong et al., 2020).
+#   **pre-LN** trained with or without warm-up
+#   {cite:p}`xiong2020layer`.
 # - **Early stopping** restores the best epoch's weights; **checkpoints**
 #   load with `weights_only=True` and name any configuration mismatch.
 #

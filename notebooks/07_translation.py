@@ -299,7 +299,7 @@ assert not set(sparse) & (set(splits["valid"]) | set(splits["test"]))
 # its own word, and a test number would always be unknown. A
 # character-level vocabulary works, but makes sequences long, and the
 # cost of attention grows with the square of the length. **Byte-pair
-# encoding** (BPE; Sennrich et al., 2016) sits between the two. It
+# encoding** (BPE, {cite:t}`sennrich2016neural`) sits between the two. It
 # starts from single characters and repeats one step: count every pair
 # of adjacent symbols in the training text and merge the most frequent
 # pair into a new symbol. It stops when the vocabulary has the size we
@@ -449,9 +449,10 @@ print(f"{sum(p.numel() for p in model.parameters()):,} parameters, "
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+threads = torch.get_num_threads()
 print(f"training took {result.seconds:.0f} s of wall-clock time and "
       f"{result.cpu_seconds:.0f} s of CPU time "
-      f"({torch.get_num_threads()} threads)")
+      f"({threads} thread{'s' if threads > 1 else ''})")
 
 # %% [markdown]
 # The training loss cannot reach zero: label smoothing asks for
@@ -495,7 +496,7 @@ assert sum(p.numel() for p in model.parameters()) < 10**6
 #
 # ## Averaging the last checkpoints
 #
-# Vaswani et al. (2017) did not keep the weights of the last step: for
+# {cite:t}`vaswani2017attention` did not keep the weights of the last step: for
 # the base model they averaged the last five checkpoints, written ten
 # minutes apart. Near the end of training the weights wander around a
 # minimum with the noise of each batch; their mean lies closer to it than
@@ -587,7 +588,7 @@ assert loaded.src_tokenizer.to_json() == src_tok.to_json()
 #
 # The score of an output $Y$ for a source $X$ is its log-probability,
 # which can only fall as $Y$ grows, so a plain beam search prefers short
-# outputs. GNMT (Wu et al., 2016) divides by a length penalty:
+# outputs. GNMT {cite:p}`wu2016google` divides by a length penalty:
 #
 # $$\mathrm{score}(Y) = \frac{\log P(Y \mid X)}{lp(Y)}, \qquad
 # lp(Y) = \left(\frac{5 + |Y|}{6}\right)^{\alpha},$$
@@ -740,7 +741,7 @@ assert per_token[~right].mean() > 0.8 * cap
 # **Exact match** is the strictest measure: the share of outputs equal to
 # the reference, letter for letter. Real translation rarely has one right
 # answer, so machine translation is scored with softer measures.
-# **BLEU** (Papineni et al., 2002) measures, for $n = 1$ to $4$, a
+# **BLEU** {cite:p}`papineni2002bleu` measures, for $n = 1$ to $4$, a
 # *clipped* (or modified) precision $p_n$ over the whole test set: each
 # distinct $n$-gram (run of $n$ words) of an output counts as many times
 # as it occurs there, but never more often than it occurs in the
@@ -755,9 +756,11 @@ assert per_token[~right].mean() > 0.8 * cap
 #
 # where $c$ and $r$ are the total lengths of the outputs and the
 # references: the brevity penalty $BP$ stops a system from scoring well by
-# saying little. **chrF** (Popović, 2015) is an F-score over character
+# saying little. **chrF** {cite:p}`popovic2015chrf` is an F-score over
+# character
 # $n$-grams, which gives partial credit for a nearly right word. We use
-# `sacrebleu` (Post, 2018), the reference implementation, so our numbers
+# `sacrebleu` {cite:p}`post2018call`, the reference implementation, so our
+# numbers
 # mean what published ones mean. One wrong word shows how they differ:
 
 # %%

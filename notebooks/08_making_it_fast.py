@@ -257,7 +257,7 @@ if device.type == "cpu":
 # A softmax chooses $m = \max_j s_j$, so that no exponent is positive and
 # nothing overflows. That seems to need every score before the first
 # exponential: the maximum of all of them. The online softmax
-# (Milakov and Gimelshein, 2018) shows that it does not.
+# of {cite:t}`milakov2018online` shows that it does not.
 #
 # Visit the keys in chunks. After the chunks seen so far, keep three
 # things for the query: the largest score seen, $m$; the sum of
@@ -440,7 +440,8 @@ assert _bytes["fused"][-1] * 8 <= _bytes["plain"][-1], _bytes
 # of one sequence. Chunked attention stays almost flat: what grows is the
 # output, $L \times D$, linear in $L$; its working set of one query block
 # times one key chunk is fixed. The same work, a fraction of the memory.
-# This is the idea of memory-efficient attention (Rabe and Staats, 2021):
+# This is the idea of memory-efficient attention
+# {cite:p}`rabe2021self`:
 # attention does not need $O(L^2)$ memory.
 #
 # For training, the backward pass needs the weights again. Storing them
@@ -454,7 +455,8 @@ assert _bytes["fused"][-1] * 8 <= _bytes["plain"][-1], _bytes
 # On a GPU, chunking in Python is not enough. Each of the dozen small
 # operations in the loop above is a separate kernel launch that reads
 # its inputs from the GPU's main memory (HBM) and writes its result back.
-# Dao et al. (2022) observed that attention on a GPU is limited by this
+# {cite:t}`dao2022flashattention` observed that attention on a GPU is limited
+# by this
 # memory traffic, not by arithmetic. **FlashAttention** runs the whole
 # online-softmax loop inside *one* kernel: a block of threads loads a
 # tile of queries into fast on-chip memory, streams tiles of $K$ and
@@ -476,8 +478,9 @@ assert _bytes["fused"][-1] * 8 <= _bytes["plain"][-1], _bytes
 # | `CUDNN_ATTENTION` | recent NVIDIA GPUs | NVIDIA's own fused kernel |
 # | `MATH` | any | the formula in ordinary operations: the fallback |
 #
-# `EFFICIENT_ATTENTION` is memory-efficient attention (Rabe and Staats,
-# 2021) as implemented in xFormers: the same tiling, with more freedom in
+# `EFFICIENT_ATTENTION` is memory-efficient attention
+# {cite:p}`rabe2021self` as implemented in xFormers: the same tiling, with more
+# freedom in
 # dtypes and masks and somewhat less speed than flash.
 #
 # On the CPU, PyTorch has a fused C++ kernel built on the same tiling
@@ -652,9 +655,10 @@ speedups.append(("fused kernel", f"peak memory, L = {lengths[-1]}",
 # On this machine the fused kernel is both the fastest contender and
 # the smallest. On a GPU the gap in time is much wider than on a CPU,
 # because there the plain version is limited by memory traffic, which is
-# exactly what fusion removes: Dao et al. (2022) measured attention
-# several times faster than the standard implementation on a GPU, and
-# FlashAttention-2 (Dao, 2023) is about twice as fast again. The
+# exactly what fusion removes: {cite:t}`dao2022flashattention`
+# measured attention several times faster than the standard
+# implementation on a GPU, and FlashAttention-2
+# {cite:p}`dao2023flashattention` is about twice as fast again. The
 # training step of the benchmark, `python -m transformer_lite.bench`,
 # compares the whole model with `fused=True` against `nn.Transformer`;
 # on a GPU it runs under bfloat16 autocast, the subject of section 5.
@@ -826,7 +830,8 @@ if device.type == "cpu":  # on a GPU this small model is launch-bound
 # holds $2 \cdot 6 \cdot 1000 \cdot 512 \cdot 4$ bytes, about 23 MiB, in
 # its self-attention caches; serving many long sequences at once, the
 # cache rather than the weights fills the GPU. Multi-query attention
-# (Shazeer, 2019) and grouped-query attention (Ainslie et al., 2023)
+# {cite:p}`shazeer2019fast` and grouped-query attention
+# {cite:p}`ainslie2023gqa`
 # shrink it by sharing keys and values among heads.
 
 # %% tags=["remove-cell"]
@@ -861,7 +866,7 @@ assert torch.finfo(torch.float16).max == 65504
 assert torch.finfo(torch.bfloat16).tiny == torch.finfo(torch.float32).tiny
 
 # %% [markdown]
-# **bfloat16** (Kalamkar et al., 2019) keeps float32's exponent, so it
+# **bfloat16** {cite:p}`kalamkar2019study` keeps float32's exponent, so it
 # spans the same range, $10^{-38}$ to $3 \cdot 10^{38}$, with only 8 bits
 # of precision: about 2 to 3 significant digits. **float16** has more
 # precision (11 bits) but a 5-bit exponent: nothing above 65504, and
@@ -884,8 +889,9 @@ torch.testing.assert_close((g * scale).half().float() / scale, g,
 
 # %% [markdown]
 # In float16, $10^{-9}$ becomes zero and $10^{-7}$ keeps one significant
-# bit: the update they carry is lost. **Loss scaling** (Micikevicius et
-# al., 2018) multiplies the loss by a large factor $S$ before the
+# bit: the update they carry is lost. **Loss scaling**
+# {cite:p}`micikevicius2018mixed` multiplies the loss by a large factor $S$
+# before the
 # backward pass. The chain rule is linear, so every gradient is
 # multiplied by $S$ too and moves up into float16's range; dividing the
 # gradients by $S$ (in float32) before the optimizer step restores their
@@ -1045,7 +1051,8 @@ speedups.append(("bfloat16 autocast", "training step time (tiny model)",
 # layer's inputs, its attention weights, the hidden layer of its
 # feed-forward network. Training therefore holds the activations of all
 # $N$ layers at once, and for long sequences that, not the weights, is
-# what fills memory. Gradient checkpointing (Chen et al., 2016) keeps
+# what fills memory. Gradient checkpointing
+# {cite:p}`chen2016training` keeps
 # only each layer's *input* during the forward pass. In the backward
 # pass it runs the layer's forward again, from that input, just before
 # it needs the activations, and frees them once the layer's gradients
@@ -1144,7 +1151,7 @@ assert model.training  # checkpointing acts only in training mode
 # pass keeps 4 bytes a number.
 # Checkpointing every layer is the extreme; checkpointing every
 # $\sqrt{N}$-th layer gives memory $O(\sqrt{N})$ for one extra forward
-# pass (Chen et al., 2016). It pays
+# pass {cite:p}`chen2016training`. It pays
 # whenever memory, not time, decides what fits: a longer sequence, a
 # bigger batch, a deeper model on the same device.
 #
@@ -1232,14 +1239,17 @@ if device.type == "cpu":
 # Both cost and memory now grow as $L\,w$ instead of $L^2$. What is
 # lost is reach: one layer sees only $w$ positions back. Stacking layers
 # restores some of it, since layer $n$ can draw on positions up to about
-# $n(w - 1)$ back through the layers below; Mistral 7B (Jiang et al.,
-# 2023) uses a window of 4096 this way. Sliding windows are the simplest
-# **sparse attention** pattern. The Sparse Transformer (Child et al.,
-# 2019) adds strided positions; Longformer (Beltagy et al., 2020) and
-# BigBird (Zaheer et al., 2020) add a few global tokens that see and are
+# $n(w - 1)$ back through the layers below; Mistral 7B
+# {cite:p}`jiang2023mistral` uses a window of 4096 this way. Sliding windows
+# are the simplest
+# **sparse attention** pattern. The Sparse Transformer
+# {cite:p}`child2019generating` adds strided positions; Longformer
+# {cite:p}`beltagy2020longformer` and BigBird {cite:p}`zaheer2020big` add a few
+# global tokens that see and are
 # seen by every position. A further family replaces the softmax by a
 # kernel approximation or a low-rank projection to reach linear cost
-# (Linformer, Wang et al., 2020; Performer, Choromanski et al., 2021),
+# (Linformer {cite:p}`wang2020linformer`; Performer
+# {cite:p}`choromanski2021rethinking`),
 # at the price of computing something other than exact attention.
 #
 # ## 8. When one device is not enough: model parallelism
@@ -1248,18 +1258,21 @@ if device.type == "cpu":
 # **Data parallelism** gives every device a full copy of the model and a share
 # of each batch, and averages the gradients ([chapter 7](07_translation) trains
 # this way with `torch.distributed`); it speeds training up but does not shrink
-# the model's footprint. ZeRO (Rajbhandari et al., 2020) and PyTorch's FSDP
+# the model's footprint. ZeRO
+# {cite:p}`rajbhandari2020zero` and PyTorch's FSDP
 # shard the optimizer state, gradients and weights across the data-parallel
 # devices and gather each layer only while it runs. **Tensor parallelism**
-# (Megatron-LM, Shoeybi et al., 2019) splits each weight matrix: attention
+# (Megatron-LM {cite:p}`shoeybi2019megatron`) splits each weight matrix:
+# attention
 # heads, and the columns then rows of the feed-forward network, go to different
 # devices, with one all-reduce per sublayer; it needs fast links between the
-# devices. **Pipeline parallelism** (GPipe, Huang et al., 2019) gives each
+# devices. **Pipeline parallelism** (GPipe
+# {cite:p}`huang2019gpipe`) gives each
 # device a range of layers and keeps them all busy by streaming micro-batches
 # through the stages. For very long sequences, **sequence (context)
 # parallelism** splits the positions, passing blocks of keys and values around
 # a ring of devices while each computes the online softmax of section 2 for its
-# own queries (Ring Attention, Liu et al., 2023). None of this fits on one
+# own queries (Ring Attention {cite:p}`liu2023ring`). None of this fits on one
 # laptop, so none of it is measured here.
 #
 # ## 9. Compilation

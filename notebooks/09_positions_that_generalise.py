@@ -784,10 +784,12 @@ acc = {(p, k, n): a for p, k, n, a in scores}
 absolute, relative = ("sinusoidal", "learned"), ("rope", "alibi", "t5",
                                                   "shaw")
 for k in range(N_SEEDS):
-    # Learned and relative schemes fit the training lengths, sinusoidal
-    # less reliably (one model of five: 0.70); none cannot.
-    for p in ("learned",) + relative:
+    # Learned and relative schemes fit the training lengths, ALiBi a
+    # little less well, sinusoidal less reliably (one model of five:
+    # 0.70 to 0.80, by machine); none cannot.
+    for p in ("learned", "rope", "t5", "shaw"):
         assert acc[p, k, L] > 0.93, (p, k, acc[p, k, L])
+    assert acc["alibi", k, L] > 0.88, (k, acc["alibi", k, L])
     assert acc["sinusoidal", k, L] > 0.6
     assert all(acc["none", k, n] < 0.35 for n in TEST_LENGTHS)
     # Absolute schemes lose about half at 2L and most at 4L ...
@@ -809,8 +811,9 @@ for k in range(N_SEEDS):
 # $b + 2$):
 #
 # - **The learned table and every relative scheme learn the task** at
-#   the training length (95% and more); **none** cannot, at any length:
-#   it scores about what a guess among the symbols present scores.
+#   the training length: 93% and more, ALiBi 92% and more. **None**
+#   cannot, at any length: it scores about what a guess among the
+#   symbols present scores.
 # - **Absolute positions do not extrapolate.** Sinusoidal and learned
 #   lose about half their accuracy at $2L$ and most of it at $4L$, and
 #   by the marker's position they fail where the answer lies past the
@@ -820,7 +823,13 @@ for k in range(N_SEEDS):
 #
 # One thing did not hold for every model: the sinusoidal scheme learnt
 # more slowly than the others, and one of its five models reached only
-# 70% at the training length in 300 steps (the other four 93% or more). The
+# 70% to 80% at the training length in 300 steps (the other four 93% or
+# more). Which of the two depends on the machine: the same seeds on two
+# CPUs whose vector units add in a different order give slightly
+# different rounding, and a model at the edge of learning the task in
+# time goes one way or the other. A claim that survives five models
+# survives this too; one that needs a single run to land exactly does
+# not. The
 # order among the relative schemes is a matter of seed and of this
 # task, and we do not assert it. In our runs Shaw's clipped keys were
 # the most robust at $4L$: offsets beyond 16 all look like 16, which

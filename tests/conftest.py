@@ -83,3 +83,41 @@ def kernel_calls(monkeypatch) -> list[dict]:
 
     monkeypatch.setattr(F, "scaled_dot_product_attention", spy)
     return calls
+
+
+@pytest.fixture(scope="session")
+def tiny_translator(tmp_path_factory):
+    """A chapter 7 translator trained for a few seconds (two layers,
+    d_model 32), saved as ``de-en.pt``, and held-out number pairs: the
+    model that the shipping tests (chapter 12) export, quantise and
+    split. Its translations are poor; its scores have clear winners."""
+    from types import SimpleNamespace
+
+    from transformer_lite.tasks import numbers
+    from transformer_lite.tasks.trainer import TranslateConfig, train
+
+    config = TranslateConfig(
+        n_train=400, n_valid=20, n_test=24, max_digits=3, steps=80,
+        save_every=40, keep_last=1, d_model=32, d_ff=64, n_layers=2,
+        n_heads=4, batch_size=32, max_len=40, src_vocab=60, tgt_vocab=60,
+    )  # fmt: skip
+    splits = numbers.number_splits(
+        config.n_train, config.n_valid, config.n_test, config.max_digits
+    )
+    pairs = numbers.number_pairs(splits["train"], config.pair)
+    test = numbers.number_pairs(splits["test"], config.pair)
+    directory = tmp_path_factory.mktemp("tiny_translator")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        result = train(
+            pairs, config, directory / "checkpoints", device="cpu",
+            progress=False,
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    translator = result.translator
+    translator.model.eval()
+    path = directory / "de-en.pt"
+    translator.save(path)
+    return SimpleNamespace(translator=translator, test=test, path=path)

@@ -16,6 +16,7 @@ ALLOWED_TAGS = {
     "remove-cell",
     "remove-input",
     "remove-output",
+    "remove-stderr",
     "hide-input",
     "hide-output",
     "raises-exception",
@@ -118,3 +119,73 @@ def test_preface_links_every_chapter(path):
         f"the preface's list of chapters has no link to {path.stem}: add "
         f"an entry `N. **[Title]({path.stem})**: ...` under 'The chapters'"
     )
+
+
+# A work cited in prose, "Shaw et al. (2018)" or "(Rush, 2018)", outside a
+# {cite} role. Years from 1900 on; "Table 3" and section numbers do not
+# match, since a name must come first.
+AUTHOR_YEAR = re.compile(
+    r"\b[A-Z][^\W\d_]+(?: et al\.| and [A-Z][^\W\d_]+)?,? \(?(?:19|20)\d\d\b"
+)
+CITE = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
+BIBLIOGRAPHY = NOTEBOOKS / "references.bib"
+
+
+def markdown_of(path):
+    """The prose of one book page: a chapter's markdown cells, or an .md."""
+    if path.suffix == ".md":
+        return path.read_text()
+    notebook = jupytext.read(path)
+    return "\n".join(
+        c.source for c in notebook.cells if c.cell_type == "markdown"
+    )
+
+
+def bib_keys():
+    return set(re.findall(r"^@\w+\{([^,]+),", BIBLIOGRAPHY.read_text(), re.M))
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_prose_cites_with_the_cite_role(path):
+    """Every work a chapter names by author and year is a {cite}, so the
+    bibliography lists it; each cited key is in references.bib."""
+    prose = CITE.sub("", markdown_of(path)).replace("\n# ", " ")
+    prose = re.sub(r"\s+", " ", prose)
+    bare = AUTHOR_YEAR.findall(prose)
+    assert not bare, (
+        f"{path.name}: cited by hand, not with {{cite:p}}/{{cite:t}}: {bare}"
+    )
+    cited = {
+        key.strip()
+        for keys in CITE.findall(markdown_of(path))
+        for key in keys.split(",")
+    }
+    unknown = cited - bib_keys()
+    assert not unknown, f"{path.name}: keys not in references.bib: {unknown}"
+
+
+def test_every_bibliography_entry_is_cited():
+    """references.bib holds only works the book cites: the bibliography
+    page lists cited works only, so an uncited entry would be lost."""
+    pages = [*CHAPTERS, *NOTEBOOKS.glob("*.md")]
+    cited = {
+        key.strip()
+        for page in pages
+        for keys in CITE.findall(markdown_of(page))
+        for key in keys.split(",")
+    }
+    assert bib_keys() - cited == set(), "entries no page cites"
+
+
+def test_author_year_pattern_catches_hand_citations():
+    """The pattern above finds the forms it must and spares the others."""
+    for text in (
+        "Shaw et al. (2018)",
+        "(Rush, 2018)",
+        "(Press and Wolf, 2017)",
+        "Vaswani et al., 2017",
+        "(Popović, 2015)",
+    ):
+        assert AUTHOR_YEAR.search(text), text
+    for text in ("Table 3", "section 3.2.2", "in 2017 the paper", "L = 2048"):
+        assert not AUTHOR_YEAR.search(text), text

@@ -40,6 +40,9 @@ def test_import_contracts_are_kept():
         ("model.py", "from transformer_lite.tasks import corpus"),
         ("training/step.py", "import transformer_lite.tasks.numbers"),
         ("tasks/numbers.py", "import transformer_lite.bench.report"),
+        ("layers.py", "import transformer_lite.vision.vit"),
+        ("vision/vit.py", "import transformer_lite.tasks.digits"),
+        ("vision/patches.py", "import transformer_lite.training.loop"),
     ],
 )
 def test_a_core_or_tier_module_importing_upwards_breaks_a_contract(

@@ -198,16 +198,22 @@ class MultiHeadAttention(nn.Module):
         self.weights: Tensor | None = None
 
     def split_heads(self, x: Tensor) -> Tensor:
-        """(B, L, C) -> (B, H, L, D)."""
-        B, L, _ = x.shape
-        x = x.view(B, L, self.h, self.d_k)  # (B, L, H, D)
+        """(B, L, C) -> (B, H, L, D).
+
+        The heads are counted from ``x`` (C / D), not taken from ``h``:
+        under tensor parallelism (chapter 12) a process holds a slice of
+        the columns of W^Q, W^K and W^V, so C and H are its share.
+        """
+        B, L, C = x.shape
+        x = x.view(B, L, C // self.d_k, self.d_k)  # (B, L, H, D)
         return x.transpose(1, 2)  # (B, H, L, D)
 
     def merge_heads(self, x: Tensor) -> Tensor:
-        """(B, H, L, D) -> (B, L, C)."""
-        B, _, L, _ = x.shape
+        """(B, H, L, D) -> (B, L, C), C = H D (a share of the heads
+        under tensor parallelism, as in :meth:`split_heads`)."""
+        B, H, L, D = x.shape
         x = x.transpose(1, 2)  # (B, L, H, D)
-        return x.reshape(B, L, self.d_model)  # (B, L, C)
+        return x.reshape(B, L, H * D)  # (B, L, C)
 
     def _check_inputs(self, query: Tensor, key: Tensor, value: Tensor):
         for name, x in (("query", query), ("key", key), ("value", value)):
@@ -284,11 +290,11 @@ class MultiHeadAttention(nn.Module):
         if self.position is not None:  # the queries: the last Lq
             q = self.position.rotate(q, positions[-q.size(2) :])
             bias = self.position.bias(q, positions[-q.size(2) :], positions)
-        B, _, Lq, _ = q.shape
+        B, H, Lq, _ = q.shape  # H: all heads, or a share (chapter 12)
         if mask is not None:
             if mask.dim() == 3:
                 mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): heads share
-            check_mask(mask, torch.Size((B, self.h, Lq, k.size(2))))
+            check_mask(mask, torch.Size((B, H, Lq, k.size(2))))
         Lk = k.size(2)
         if is_causal and Lq > Lk:
             raise ValueError(

@@ -17,6 +17,7 @@ __all__ = [
     "exact_match",
     "gnmt_length_penalty",
     "greedy_decode",
+    "source_mask",
 ]
 
 
@@ -31,29 +32,10 @@ def _check_id(value: object, name: str, vocab: int) -> None:
 
 def _check_inputs(
     model: nn.Module,
-    src: Tensor,
-    src_mask: Tensor | None,
     max_len: int,
     bos_id: int,
     eos_id: int | None,
 ) -> None:
-    if src.dim() != 2:
-        raise ValueError(
-            f"src must be a (B, S) tensor of token ids, got shape "
-            f"{tuple(src.shape)}"
-        )
-    check_token_tensor(src, "src")
-    if src.device.type == "cpu":  # reading ids on the CPU costs no sync
-        check_token_ids(src, model.config.src_vocab, "src")
-    B, S = src.shape
-    if src_mask is not None and (
-        src_mask.dtype != torch.bool or src_mask.shape != (B, 1, S)
-    ):
-        raise ValueError(
-            f"src_mask must be a bool tensor of shape (B, 1, S) = "
-            f"{(B, 1, S)}, got {src_mask.dtype} of shape "
-            f"{tuple(src_mask.shape)}"
-        )
     longest = model.config.max_len
     if (
         isinstance(max_len, bool)
@@ -67,6 +49,52 @@ def _check_inputs(
     _check_id(bos_id, "bos_id", model.config.tgt_vocab)
     if eos_id is not None:
         _check_id(eos_id, "eos_id", model.config.tgt_vocab)
+
+
+def source_mask(model: nn.Module, src: Tensor) -> Tensor:
+    """The mask over the memory that ``model`` makes of ``src``: True
+    where the decoder may attend.
+
+    A model that reads something other than token ids (an image, chapter
+    11) says so with its own ``source_mask(src)`` method, which also
+    checks ``src``; for any other model ``src`` must be (B, S) token ids
+    and the mask is their :func:`~transformer_lite.masks.padding_mask`.
+
+    Shape:
+        src: (B, S) token ids, or what ``model.source_mask`` takes;
+        output: (B, 1, S), S the memory's length.
+    """
+    own = getattr(model, "source_mask", None)
+    if own is not None:
+        return own(src)
+    if not isinstance(src, Tensor) or src.dim() != 2:
+        shape = tuple(src.shape) if isinstance(src, Tensor) else type(src)
+        raise ValueError(
+            f"src must be a (B, S) tensor of token ids, got shape {shape}"
+        )
+    check_token_tensor(src, "src")
+    if src.device.type == "cpu":  # reading ids on the CPU costs no sync
+        check_token_ids(src, model.config.src_vocab, "src")
+    return padding_mask(src, model.config.pad_id)  # (B, 1, S)
+
+
+def _source(
+    model: nn.Module, src: Tensor, src_mask: Tensor | None
+) -> tuple[Tensor, Tensor]:
+    """``src`` and its mask (the model's own unless one is given, which
+    must have the same shape), both on the model's device."""
+    expected = source_mask(model, src)  # (B, 1, S)
+    if src_mask is not None and (
+        src_mask.dtype != torch.bool or src_mask.shape != expected.shape
+    ):
+        raise ValueError(
+            f"src_mask must be a bool tensor of shape (B, 1, S) = "
+            f"{tuple(expected.shape)}, got {src_mask.dtype} of shape "
+            f"{tuple(src_mask.shape)}"
+        )
+    mask = expected if src_mask is None else src_mask
+    device = module_device(model)
+    return src.to(device), mask.to(device)
 
 
 def _next_token_logits(
@@ -132,9 +160,10 @@ def greedy_decode(
     Args:
         model: a :class:`~transformer_lite.model.Transformer` (anything
             with ``encode``, ``decode``, ``generator`` and ``config``).
-        src: source token ids, moved to the model's device.
-        src_mask: True at real source tokens; None builds it from
-            ``model.config.pad_id``.
+        src: source token ids, or what the model's own ``source_mask``
+            takes (images, chapter 11), moved to the model's device.
+        src_mask: True at the memory positions to attend; None asks
+            :func:`source_mask` (padding from ``model.config.pad_id``).
         max_len: the longest output, ``bos_id`` included.
         bos_id: the first token of every output.
         eos_id: the end token; None always decodes ``max_len`` tokens.
@@ -145,13 +174,10 @@ def greedy_decode(
     Shape:
         src: (B, S); src_mask: (B, 1, S); output: (B, L), L <= max_len.
     """
-    _check_inputs(model, src, src_mask, max_len, bos_id, eos_id)
+    _check_inputs(model, max_len, bos_id, eos_id)
     check_bool("use_cache", use_cache)
     device = module_device(model)
-    src = src.to(device)
-    if src_mask is None:
-        src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, S)
-    src_mask = src_mask.to(device)
+    src, src_mask = _source(model, src, src_mask)  # mask: (B, 1, S)
     B = src.size(0)
     model = eval_twin(model)  # never model.eval(): model may be shared
     with torch.no_grad():
@@ -258,16 +284,12 @@ def beam_search(
         src: (B, S); src_mask: (B, 1, S); output: (B, L), L <= max_len,
         padded with ``model.config.pad_id`` after EOS; scores: (B,).
     """
-    _check_inputs(model, src, src_mask, max_len, bos_id, eos_id)
+    _check_inputs(model, max_len, bos_id, eos_id)
     check_int("beam_size", beam_size, low=1)
     # inf would make every score -0 (or NaN): an arbitrary winner
     check_real("length_penalty", length_penalty, low=0.0)
     check_bool("return_scores", return_scores)
-    device = module_device(model)
-    src = src.to(device)
-    if src_mask is None:
-        src_mask = padding_mask(src, model.config.pad_id)  # (B, 1, S)
-    src_mask = src_mask.to(device)
+    src, src_mask = _source(model, src, src_mask)  # mask: (B, 1, S)
     model = eval_twin(model)  # never model.eval(): model may be shared
     with torch.no_grad():
         ys, scores = _beam_search(

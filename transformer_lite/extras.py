@@ -1,7 +1,8 @@
 """Optional dependencies (all chapters): the core needs only torch and
-tqdm; charts need the ``[book]`` extra and the translation task the
-``[translate]`` extra. :func:`require` imports one, or says which extra
-installs it.
+tqdm; charts need the ``[book]`` extra, the translation task the
+``[translate]`` extra, and export, ONNX Runtime and int8 quantisation
+the ``[ship]`` extra (chapter 12). :func:`require` imports one, or
+says which extra installs it.
 """
 
 import importlib

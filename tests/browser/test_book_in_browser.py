@@ -64,7 +64,6 @@ def book_url() -> str:
     """The root URL of ``_build/html``, served on 127.0.0.1."""
     if not (HTML / "index.html").is_file():
         pytest.fail(f"no book in {HTML}: run `make book` first")
-    shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # none left from before
     handler = functools.partial(QuietHandler, directory=str(HTML))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -181,6 +180,12 @@ IMAGES_PENDING = """async () => {
   await Promise.all(images.map(i => i.decode().catch(() => null)));
   const left = images.filter(i => !(i.complete && i.naturalWidth > 0));
   return left.length ? left.map(i => i.getAttribute("src")) : null;
+}"""
+
+
+SEARCH_FINISHED = """() => {
+  const summary = document.querySelector("#search-results .search-summary");
+  return summary && /finished|did not match/.test(summary.innerText);
 }"""
 
 
@@ -308,8 +313,10 @@ def title_word(chapter: str) -> str:
 def test_search_finds_chapter(visit, book_url, chapter):
     word = title_word(chapter)
     page = visit(f"search.html?q={word}").page
+    # Sphinx lists the results a few at a time; the summary line says
+    # when the last one is in.
+    page.wait_for_function(SEARCH_FINISHED, timeout=WAIT_MS)
     results = page.locator("#search-results ul.search li a")
-    results.first.wait_for(timeout=WAIT_MS)
     pages = [
         results.nth(i).get_attribute("href").split("?")[0].split("#")[0]
         for i in range(results.count())
@@ -317,10 +324,53 @@ def test_search_finds_chapter(visit, book_url, chapter):
     assert f"{chapter}.html" in pages, f"{word!r} did not find {chapter}"
 
 
+def bib_titles() -> dict[str, str]:
+    """Each entry of references.bib: key -> title, as plain words."""
+    text = (NOTEBOOKS / "references.bib").read_text()
+    entries = re.findall(r"^@\w+\{([^,]+),(.*?)^\}", text, re.M | re.S)
+    titles = {}
+    for key, body in entries:
+        title = re.search(r"title\s*=\s*\{\{(.*?)\}\}", body, re.S)
+        assert title, f"references.bib: {key} has no double-braced title"
+        titles[key] = " ".join(title.group(1).split())
+    return titles
+
+
+def cited_keys() -> set[str]:
+    """Every key a page of the book cites with {cite:p} or {cite:t}."""
+    pages = [*NOTEBOOKS.glob("[0-9][0-9]_*.py"), *NOTEBOOKS.glob("*.md")]
+    roles = re.compile(r"\{cite(?::[a-z]+)?\}`([^`]+)`")
+    return {
+        key.strip()
+        for page in pages
+        for keys in roles.findall(
+            re.sub(r"<!--.*?-->", "", page.read_text(), flags=re.S)
+        )
+        for key in keys.split(",")
+    }
+
+
+def words(text: str) -> str:
+    """Lower-case letters and digits only: TeX accents, dashes and the
+    bibliography style's capitals do not decide a match."""
+    return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
+
+
 def test_reference_pages(visit):
     bibliography = visit("bibliography.html").page.locator("article")
-    text = bibliography.inner_text().lower()  # styles change title case
-    assert "attention is all you need" in text
-    assert "the annotated transformer" in text
+    text = words(bibliography.inner_text())
+    titles = bib_titles()
+    cited = cited_keys()
+    assert {"vaswani2017attention", "rush2018annotated"} <= cited
+    missing = {
+        key
+        for key in cited
+        if words(re.sub(r"\\.|[{}]", "", titles[key])) not in text
+    }
+    assert not missing, f"cited but not on the bibliography page: {missing}"
+    entries = bibliography.locator(".citation, dl.citation > dt")
+    assert entries.count() >= len(cited), (
+        f"{entries.count()} entries rendered for {len(cited)} cited works"
+    )
     api = visit("api.html").page
     assert api.locator("dl.py.function, dl.py.class").count() > 0

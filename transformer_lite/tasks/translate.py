@@ -4,9 +4,15 @@
     python -m transformer_lite.tasks.translate text "dreihundertzwölf"
     python -m transformer_lite.tasks.translate "dreihundertzwölf"
     torchrun --nproc_per_node=2 -m transformer_lite.tasks.translate train
+    python -m transformer_lite.tasks.translate export
+    python -m transformer_lite.tasks.translate --runtime onnx "zwölf"
 
-The first word is the command, ``train`` or ``text`` (the default: the
-words are the texts to translate); options may come before or after it.
+The first word is the command, ``train``, ``export`` or ``text`` (the
+default: the words are the texts to translate); options may come before
+or after it. ``export`` writes the model's ONNX graphs next to it
+(``de-en.encoder.onnx``, ``de-en.cross.onnx``, ``de-en.step.onnx``;
+chapter 12), and ``--runtime onnx`` translates with them in ONNX
+Runtime instead of PyTorch.
 The model is saved to ``--model-dir`` (default: ``$XDG_CACHE_HOME`` or
 ``~/.cache``, then ``transformer-lite/``) as ``de-en.pt`` or ``fr-en.pt``,
 with its two tokenizers inside, and the checkpoints it averages in
@@ -31,6 +37,8 @@ from pathlib import Path
 import torch
 
 from transformer_lite.device import default_device
+from transformer_lite.shipping.export import export_onnx, onnx_paths
+from transformer_lite.shipping.runtime import OnnxTransformer
 from transformer_lite.tasks import corpus, numbers
 from transformer_lite.tasks.metrics import scores
 from transformer_lite.tasks.slices import (
@@ -52,8 +60,9 @@ from transformer_lite.training.distributed import is_main_process
 __all__ = ["main"]
 
 PROG = "python -m transformer_lite.tasks.translate"
-COMMANDS = ("train", "text")
-TEXT_OPTIONS = {"beam_size": 4, "length_penalty": 0.6}
+COMMANDS = ("train", "export", "text")
+RUNTIMES = ("torch", "onnx")
+TEXT_OPTIONS = {"beam_size": 4, "length_penalty": 0.6, "runtime": "torch"}
 TRAIN_ONLY = {f.name for f in fields(TranslateConfig)} - {"pair"}
 TRAIN_ONLY |= {"tsv", "quiet"}
 
@@ -72,12 +81,16 @@ def _parser() -> argparse.ArgumentParser:
     SUPPRESS, so that main can tell which were given."""
     parser = _Parser(
         prog=PROG,
-        description="Train a translator of number words (train), or "
-        "translate texts with a trained one (text, the default).",
+        description="Train a translator of number words (train), "
+        "export it to ONNX (export), or translate texts with a trained "
+        "one (text, the default).",
         argument_default=argparse.SUPPRESS,
     )
     parser.add_argument(
-        "words", nargs="*", default=[], help="train | text TEXT ... | TEXT"
+        "words",
+        nargs="*",
+        default=[],
+        help="train | export | text TEXT ... | TEXT",
     )
     parser.add_argument("--pair", choices=numbers.PAIRS, default="de-en")
     parser.add_argument(
@@ -92,6 +105,11 @@ def _parser() -> argparse.ArgumentParser:
     text = parser.add_argument_group("text (translating)")
     text.add_argument("--beam-size", type=int, help="default: 4")
     text.add_argument("--length-penalty", type=float, help="default: 0.6")
+    text.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        help="torch (default), or onnx: the files written by export",
+    )
     fit = parser.add_argument_group("train")
     fit.add_argument(
         "--tsv",
@@ -120,12 +138,19 @@ def _parse(argv: list[str]) -> tuple[str, argparse.Namespace]:
     words = args.words
     command = words.pop(0) if words and words[0] in COMMANDS else "text"
     given = set(vars(args))
-    wrong = given & (TRAIN_ONLY if command == "text" else set(TEXT_OPTIONS))
+    wrong = (
+        given
+        & {
+            "text": TRAIN_ONLY,
+            "train": set(TEXT_OPTIONS),
+            "export": TRAIN_ONLY | set(TEXT_OPTIONS),
+        }[command]
+    )
     if wrong:
         options = ", ".join(sorted("--" + w.replace("_", "-") for w in wrong))
         raise UsageError(f"{options}: not an option of {command!r}")
-    if command == "train" and words:
-        raise UsageError(f"train takes no texts, got {words[0]!r}")
+    if command in ("train", "export") and words:
+        raise UsageError(f"{command} takes no texts, got {words[0]!r}")
     if command == "text" and not words:
         raise UsageError(
             f"nothing to translate; try {PROG} text TEXT, or {PROG} "
@@ -201,7 +226,8 @@ def _train_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def _text_command(args: argparse.Namespace) -> int:
+def _model_path(args: argparse.Namespace) -> Path:
+    """The trained model's file; a ``ValueError`` if there is none."""
     path = (
         args.model if "model" in args else args.model_dir / f"{args.pair}.pt"
     )
@@ -210,8 +236,42 @@ def _text_command(args: argparse.Namespace) -> int:
             f"no model at {path}; train one first: "
             f"{PROG} train --pair {args.pair}"
         )
-    translator = Translator.load(path)
-    translator.model.to(default_device())
+    return Path(path)
+
+
+def _export_command(args: argparse.Namespace) -> int:
+    path = _model_path(args)
+    translator = Translator.load(path, map_location="cpu")
+    paths = export_onnx(translator.model, path.parent, stem=path.stem)
+    print("\n".join(f"wrote {p}" for p in paths.values()))
+    return 0
+
+
+def _onnx_translator(path: Path) -> Translator:
+    """The translator at ``path`` with its model replaced by the
+    exported graphs next to it, run in ONNX Runtime on the CPU."""
+    paths = onnx_paths(path.parent, path.stem).values()
+    missing = [p for p in paths if not p.is_file()]
+    if missing:
+        raise ValueError(
+            f"no ONNX file at {missing[0]}; export the model first: "
+            f"{PROG} export --model {path}"
+        )
+    translator = Translator.load(path, map_location="cpu")
+    graphs = OnnxTransformer(
+        path.parent, translator.model.config, stem=path.stem
+    )
+    tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
+    return Translator(graphs, *tokenizers)
+
+
+def _text_command(args: argparse.Namespace) -> int:
+    path = _model_path(args)
+    if args.runtime == "onnx":
+        translator = _onnx_translator(path)
+    else:
+        translator = Translator.load(path)
+        translator.model.to(default_device())
     texts = args.words
     problems = {i: translator.problem(text) for i, text in enumerate(texts)}
     good = [i for i, why in problems.items() if why is None]
@@ -241,6 +301,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         command, args = _parse(argv)
         if command == "train":
             return _train_command(args)
+        if command == "export":
+            return _export_command(args)
         return _text_command(args)
     except SystemExit as done:  # --help
         return done.code if isinstance(done.code, int) else 0

@@ -1,0 +1,669 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 12. Shipping and scaling out
+#
+# [Chapter 7](07_translation) trained a translator and
+# [chapter 8](08_making_it_fast) made it fast, but both times the model
+# lived inside a Python process with PyTorch loaded, and both times it
+# fitted on one device. This chapter removes each of those conditions in
+# turn, measured on the chapter 7 translator with its outputs checked:
+#
+# - **export**: the model leaves Python as graphs (`torch.export`, then
+#   ONNX) and translates in another runtime, ONNX Runtime, with the same
+#   tokens as PyTorch (`shipping/export.py`, `shipping/runtime.py`);
+# - **speed and size**: eager PyTorch, `torch.compile`, ONNX Runtime and
+#   int8 quantisation side by side, latency, throughput, bytes on disk
+#   and accuracy (`shipping/quantize.py`);
+# - **scaling out**: when a model no longer fits on one device, it is
+#   split, by tensor parallelism (each layer's matrices cut across the
+#   devices) or by fully-sharded data parallelism (each parameter cut
+#   across them); both run here on two CPU processes and give the
+#   gradients of one (`shipping/parallel.py`).
+#
+# The shape legend is the book's: B batch, S source length, T target
+# length, C = `d_model`, H heads, D = `d_k`, V vocabulary.
+
+# %%
+import collections
+import inspect
+import platform
+import tempfile
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import altair as alt
+import matplotlib.pyplot as plt
+import onnx
+import onnxruntime
+import pandas as pd
+import torch
+from matplotlib.patches import Rectangle
+from torch import nn
+
+import transformer_lite
+from transformer_lite import default_device, seed_everything
+from transformer_lite.decoding import beam_search, greedy_decode
+from transformer_lite.device import book_seed
+from transformer_lite.model import Transformer, TransformerConfig
+from transformer_lite.shipping.export import (
+    DecoderStep,
+    export_onnx,
+    export_programs,
+)
+from transformer_lite.shipping.parallel import (
+    local_parameter_bytes,
+    run_split,
+    tensor_parallel_plan,
+)
+from transformer_lite.shipping.quantize import quantize_int8, size_on_disk
+from transformer_lite.shipping.runtime import (
+    CompiledTransformer,
+    OnnxTransformer,
+)
+from transformer_lite.tasks import numbers
+from transformer_lite.tasks.metrics import scores
+from transformer_lite.tasks.trainer import (
+    TranslateConfig,
+    train,
+    train_tokenizers,
+)
+from transformer_lite.tasks.translator import Translator
+from transformer_lite.tokens import BOS_ID, EOS_ID
+
+device = default_device()
+SEED = book_seed()  # BOOK_SEED from the environment; the book uses 0
+seed_everything(SEED)
+print(f"python {platform.python_version()}, torch {torch.__version__}")
+print(f"onnx {onnx.__version__}, onnxruntime {onnxruntime.__version__}")
+print(f"transformer_lite {transformer_lite.__version__}, device: {device}")
+print(f"BOOK_SEED={SEED}")
+torch.set_num_threads(1)  # small models: one thread is fastest
+scratch = tempfile.TemporaryDirectory(prefix="chapter12-")  # removed at exit
+workdir = Path(scratch.name)
+
+
+def show(*objects) -> None:
+    """Print the source code of package classes, methods or functions."""
+    for obj in objects:
+        print(textwrap.dedent(inspect.getsource(obj)))
+
+
+# %% [markdown]
+# ## The model to ship
+#
+# The translator of [chapter 7](07_translation), trained by the same
+# function as the command line, on German number words, with fewer
+# steps (400) so that the chapter stays quick. Everything that follows
+# is measured on this model and its held-out numbers.
+
+# %%
+config = TranslateConfig(seed=SEED, steps=400, n_test=300)
+splits = numbers.number_splits(config.n_train, config.n_valid,
+                               config.n_test, config.max_digits,
+                               config.seed)
+train_pairs, valid_pairs, test_pairs = (
+    numbers.number_pairs(splits[name], config.pair)
+    for name in ("train", "valid", "test"))
+tokenizers = train_tokenizers(train_pairs, config)
+at_least = round(config.digits_share * config.n_train)
+balanced = numbers.balance_digits(splits["train"], at_least)
+result = train(numbers.number_pairs(balanced, config.pair), config,
+               workdir / "checkpoints", valid_pairs, tokenizers,
+               device="cpu", progress=False)
+translator = result.translator
+model = translator.model.eval()
+src_tok, tgt_tok = translator.src_tokenizer, translator.tgt_tokenizer
+sources = [s for s, _ in test_pairs]
+references = [t for _, t in test_pairs]
+print(f"{model.count_parameters():,} parameters, trained in "
+      f"{result.seconds:.0f} s")
+
+# %% [markdown]
+# ## What a graph is, and what `torch.export` captures
+#
+# An eager PyTorch model is a Python program: each line runs when it is
+# reached, and the next line can depend on anything, a value read from a
+# tensor, a Python dictionary, the time of day. A **graph** is the
+# program's operations alone, written down as data: nodes (a matrix
+# product, a softmax) and the tensors that flow between them. A graph can
+# be saved, inspected, optimised as a whole and run by a program that
+# has never heard of Python.
+#
+# `torch.export` {cite:p}`paszke2019pytorch` makes one by running the
+# model once on example inputs and recording every operation on
+# tensors. What it cannot record it refuses, rather than guessing:
+#
+# - **data-dependent control flow**: `if x.sum() > 0:` takes one branch
+#   for these inputs; the graph would silently take it for every input;
+# - **Python loops** are unrolled: a loop of four steps becomes four
+#   copies of its body, fixed at four.
+
+# %% tags=["remove-stderr"]
+class Branchy(nn.Module):
+    def forward(self, x):
+        if x.sum() > 0:  # reads a value: the graph cannot hold it
+            return x
+        return -x
+
+
+try:
+    torch.export.export(Branchy(), (torch.ones(3),))
+    refused = None
+except Exception as err:  # torch's UserError, with a long explanation
+    refused = type(err).__name__
+print("refused:", refused)
+
+
+class Loop(nn.Module):
+    def __init__(self, steps):
+        super().__init__()
+        self.steps = steps
+
+    def forward(self, x):
+        for _ in range(self.steps):
+            x = torch.tanh(x)
+        return x
+
+
+unrolled = {
+    n: sum(node.op == "call_function" for node in
+           torch.export.export(Loop(n), (torch.ones(3),)).graph.nodes)
+    for n in (2, 4)
+}
+print("operations in the graph of a loop of n steps:", unrolled)
+
+# %% tags=["remove-cell"]
+assert refused is not None
+assert unrolled == {2: 2, 4: 4}
+
+# %% [markdown]
+# Decoding is exactly such a loop: it runs until every sentence has
+# emitted end-of-sequence, a count that depends on the tokens produced.
+# So the translator is exported as three graphs, each a plain function
+# of tensors, and the loop stays outside them:
+#
+# - `encoder`: source ids (B, S) to memory (B, S, C);
+# - `cross`: memory to every decoder layer's cross-attention keys and
+#   values, computed once per sentence;
+# - `step`: **one cached decoder step**: the newest token, the masks,
+#   and the self-attention keys and values of the positions so far go
+#   in; the next-token logits and the keys and values grown by one
+#   position come out.
+#
+# The key/value cache of [chapter 8](08_making_it_fast) becomes the
+# step's inputs and outputs, so a loop over the graphs does what
+# `use_cache=True` does, with the same arithmetic.
+
+# %%
+show(DecoderStep.forward)
+
+# %% [markdown]
+# The masks are built from padding inside the model, so the graph holds
+# no value-reading check: the model's range check on token ids
+# (`check_ids`) is off by default and runs where batches are built, on
+# the CPU. **Dynamic shapes** tell `torch.export` which sizes may vary:
+# the batch, the source length and the step's position, each up to the
+# model's `max_len`; without them the graph would accept only the
+# example's sizes.
+
+# %%
+start = time.perf_counter()
+programs = export_programs(model)
+export_seconds = time.perf_counter() - start
+for name, program in programs.items():
+    ops = collections.Counter(  # aten.linear.default -> linear
+        getattr(node.target, "__name__", str(node.target)).split(".")[0]
+        for node in program.graph.nodes if node.op == "call_function")
+    print(f"{name:8s} {sum(ops.values()):4d} operations; most used:",
+          ", ".join(f"{op} {n}" for op, n in ops.most_common(4)))
+
+# %% [markdown]
+# ## ONNX, and the same translation from another runtime
+#
+# ONNX is a file format for such graphs, with a fixed set of operators
+# that many runtimes implement: ONNX Runtime on CPUs and GPUs, TensorRT
+# on NVIDIA GPUs, others on phones and in browsers. The dynamo exporter
+# (`torch.onnx.export(..., dynamo=True)`) translates the exported
+# programs operator by operator; each file carries its weights.
+
+# %%
+start = time.perf_counter()
+paths = export_onnx(model, workdir, stem="de-en", programs=programs)
+onnx_seconds = time.perf_counter() - start
+print(f"torch.export {export_seconds:.0f} s, ONNX {onnx_seconds:.0f} s")
+op_counts = []
+for name, path in paths.items():
+    graph = onnx.load(path).graph
+    counted = collections.Counter(node.op_type for node in graph.node)
+    op_counts += [{"graph": name, "operator": op, "count": n}
+                  for op, n in counted.items()]
+    print(f"{path.name}: {len(graph.node)} nodes, inputs "
+          f"{[i.name for i in graph.input][:4]}...")
+ops = pd.DataFrame(op_counts)
+
+# %%
+alt.Chart(ops, title="Operators in the three ONNX graphs").mark_bar().encode(
+    x=alt.X("count:Q", title="nodes"),
+    y=alt.Y("operator:N", sort="-x", title="ONNX operator"),
+    color=alt.Color("graph:N", title="graph"),
+    tooltip=["graph", "operator", "count"],
+).properties(width=420, height=320)
+
+# %% [markdown]
+# The step's matrix products (`MatMul`, `Gemm`) are the projections of
+# the [chapter 3](03_multi_head_attention) attention and the
+# feed-forward layers; `Concat` appends the new keys and values to the
+# cache.
+#
+# `OnnxTransformer` runs the three files in ONNX Runtime and answers the
+# calls that decoding makes of a model (`encode`, a cached `decode`,
+# `new_cache`), so the package's own greedy and beam search loops run
+# unchanged over the graphs. The tokens can then differ from PyTorch's
+# only where the two runtimes round differently.
+
+# %%
+graphs = OnnxTransformer(workdir, model.config, stem="de-en", threads=1)
+held_out = src_tok.encode_batch(sources)  # (B, S), padded
+decode = dict(max_len=40, bos_id=BOS_ID, eos_id=EOS_ID)
+same_greedy = torch.equal(
+    greedy_decode(graphs, held_out, use_cache=True, **decode),
+    greedy_decode(model, held_out, use_cache=True, **decode))
+same_beam = torch.equal(beam_search(graphs, held_out, beam_size=4, **decode),
+                        beam_search(model, held_out, beam_size=4, **decode))
+onnx_translator = Translator(graphs, src_tok, tgt_tok)
+example = sources[:3]
+for text, a, b in zip(example, translator.translate(example),
+                      onnx_translator.translate(example), strict=True):
+    print(f"{text} -> PyTorch: {a!r}; ONNX Runtime: {b!r}")
+print(f"same tokens on {len(sources)} held-out numbers: greedy "
+      f"{same_greedy}, beam {same_beam}")
+
+# %% tags=["remove-cell"]
+assert same_greedy and same_beam
+
+# %% [markdown]
+# The command line does the same:
+#
+# ```
+# python -m transformer_lite.tasks.translate export        # de-en.*.onnx
+# python -m transformer_lite.tasks.translate --runtime onnx "zwölf"
+# ```
+#
+# ## Speed, size and accuracy, side by side
+#
+# Four ways to run the same translator, measured in one run on the same
+# held-out numbers with beam search (k = 4), one thread each:
+#
+# - **eager**: the PyTorch model, as in chapter 7;
+# - **compiled**: the same three graphs in PyTorch, the decoder step
+#   compiled by inductor, the compiler behind `torch.compile`, into fused
+#   C++ kernels. It compiles the exported step ahead of time
+#   (AOTInductor), once for every batch size and length; `torch.compile`
+#   just in time would compile again for positions 0 and 1, whose sizes
+#   it specialises, at a cost of minutes on two cores;
+# - **ONNX Runtime**: the exported files;
+# - **int8**: the eager model with every linear layer's weights stored as
+#   8-bit integers, one scale per output row, and its inputs quantised
+#   on the fly, row by row (torchao's dynamic quantisation; embeddings
+#   and LayerNorms stay float32).
+#
+# Latency is the time to translate one sentence alone; throughput the
+# sentences per second when all are translated in one batch.
+
+# %%
+int8_model = quantize_int8(model)
+start = time.perf_counter()
+compiled = CompiledTransformer(model, programs=programs)
+compile_seconds = time.perf_counter() - start
+
+int8_path = workdir / "de-en-int8.pt"
+torch.save(int8_model.state_dict(), int8_path)
+float_path = workdir / "de-en-float.pt"
+torch.save(model.state_dict(), float_path)
+runtimes = {
+    "eager": (model, size_on_disk(float_path)),
+    "compiled (inductor)": (compiled, size_on_disk(float_path)),
+    "ONNX Runtime": (graphs, size_on_disk(list(paths.values()))),
+    "int8 (torchao)": (int8_model, size_on_disk(int8_path)),
+}
+LATENCY_SENTENCES = 10
+rows, outputs = [], {}
+for name, (runner, size) in runtimes.items():
+    shipped = Translator(runner, src_tok, tgt_tok)
+    start = time.perf_counter()
+    for text in sources[:LATENCY_SENTENCES]:
+        shipped.translate([text])
+    latency = (time.perf_counter() - start) / LATENCY_SENTENCES
+    start = time.perf_counter()
+    outputs[name] = shipped.translate(sources)
+    seconds = time.perf_counter() - start
+    measured = scores(outputs[name], references)
+    rows.append({
+        "runtime": name,
+        "latency (ms)": 1000 * latency,
+        "sentences/s": len(sources) / seconds,
+        "size (KB)": size / 1000,
+        "exact match (%)": measured["exact match"],
+        "BLEU": measured["BLEU"],
+    })
+table = pd.DataFrame(rows).set_index("runtime")
+eager = table.loc["eager"]
+table["speed-up"] = table["sentences/s"] / eager["sentences/s"]
+print(f"compiling the step took {compile_seconds:.0f} s")
+table.round(2)  # NBVAL_IGNORE_OUTPUT
+
+# %% tags=["remove-cell"]
+assert outputs["ONNX Runtime"] == outputs["eager"]
+compiled_row = table.loc["compiled (inductor)"]
+assert abs(compiled_row["exact match (%)"] - eager["exact match (%)"]) < 1
+int8_row = table.loc["int8 (torchao)"]
+assert int8_row["size (KB)"] < 0.45 * eager["size (KB)"], table
+assert int8_row["exact match (%)"] > eager["exact match (%)"] - 10, table
+assert abs(table.loc["ONNX Runtime", "size (KB)"]
+           - eager["size (KB)"]) < 0.2 * eager["size (KB)"], table
+
+# %% [markdown]
+# What the table says, on this machine (the numbers move from run to
+# run; the checks hidden above hold for any seed):
+#
+# - **ONNX Runtime translates every number exactly as eager PyTorch
+#   does** (asserted above): the same tokens, so the same scores. The
+#   compiled step fuses operations and so rounds differently, which may
+#   change a near-tie in the beam; its accuracy stays within a point.
+#   They differ in time. A small model decoded one token at a time
+#   spends much of each step in per-operator overhead (Python, dispatch,
+#   small allocations), which a graph runtime and fused kernels remove.
+# - The ONNX files are a little larger than the PyTorch checkpoint:
+#   the encoder's and the step's each carry the positional table they
+#   use, and the format has its own overhead.
+# - **int8** stores the linear layers in a quarter of the bytes; the
+#   file shrinks about 3 times, not 4, because embeddings, LayerNorms
+#   and biases stay float32. Accuracy barely moves (the check above
+#   allows ten points; in the book's runs it stayed within one). On this
+#   CPU, torchao's int8 path in eager mode is *slower*: quantising each
+#   input and the integer kernel's overhead cost more than the saved
+#   memory traffic on matrices this small. int8 pays where weights dominate
+#   the time: large models, memory-bound devices, or compiled kernels.
+# - Compilation is not free: the warm-up above is the price of the
+#   compiled row's speed, paid once per process.
+#
+# ### Where TensorRT fits
+#
+# TensorRT is NVIDIA's compiler for its GPUs. It reads the same ONNX
+# files, fuses layers, picks the fastest kernel for each shape range
+# and can run in float16 or int8. With the `tensorrt` package and a GPU:
+#
+# ```
+# trtexec --onnx=de-en.step.onnx --saveEngine=de-en.step.plan --fp16 \
+#   --minShapes=token:1x1,tgt_mask:1x1x1,... \
+#   --optShapes=token:32x1,... --maxShapes=token:512x1,...
+# ```
+#
+# or from Python, ONNX Runtime's TensorRT provider on the same files:
+# `OnnxTransformer`'s sessions with
+# `providers=["TensorrtExecutionProvider", "CUDAExecutionProvider"]`.
+# The cell below runs it only when a GPU and the provider are present.
+
+# %%
+providers = onnxruntime.get_available_providers()
+if torch.cuda.is_available() and "TensorrtExecutionProvider" in providers:
+    session = onnxruntime.InferenceSession(
+        str(paths["encoder"]), providers=["TensorrtExecutionProvider"])
+    print("TensorRT runs the encoder:", session.get_providers())
+else:
+    print("no NVIDIA GPU with TensorRT here: skipped "
+          f"(providers: {', '.join(providers)})")
+
+# %% [markdown]
+# ## When a model stops fitting
+#
+# Training holds four things per parameter in memory: the parameter
+# itself, its gradient, and Adam's two moment estimates
+# {cite:p}`kingma2015adam`, each 4 bytes in float32, so **16 bytes per
+# parameter** before a single activation. Activations (what the forward
+# pass keeps for the backward one) grow with the batch: per layer,
+# roughly $sbh\,(34 + 5as/h)$ bytes in 16-bit precision for $s$ tokens
+# per sequence, batch $b$, width $h$ and $a$ heads
+# {cite:p}`korthikanti2023reducing`, twice that in float32.
+
+# %%
+def training_memory(config, tokens_per_batch=25_000, seq=50):
+    """Bytes of parameters, gradients, Adam states and activations
+    (the Korthikanti et al. estimate, float32) for one training step."""
+    n = config.n_parameters()
+    b = tokens_per_batch / seq
+    layer = seq * b * config.d_model * (
+        34 + 5 * config.n_heads * seq / config.d_model)
+    layers = 3 * config.n_layers  # encoder, decoder (two attentions)
+    return {"parameters": 4 * n, "gradients": 4 * n, "Adam": 8 * n,
+            "activations": 2 * layer * layers}
+
+
+base = TransformerConfig(37_000, 37_000, tie_embeddings=True)
+big = replace(base, d_model=1024, d_ff=4096, n_heads=16)
+memory = pd.DataFrame({
+    name: {k: v / 2**30 for k, v in training_memory(c).items()}
+    for name, c in (("base", base), ("big", big))
+}).T
+memory["total"] = memory.sum(axis=1)
+print(f"parameters: base {base.n_parameters() / 1e6:.0f} M, "
+      f"big {big.n_parameters() / 1e6:.0f} M; GiB for one step:")
+memory.round(2)
+
+# %% tags=["remove-cell"]
+assert 60e6 < base.n_parameters() < 66e6  # the paper: 65 M
+assert 200e6 < big.n_parameters() < 220e6  # the paper: 213 M
+assert memory.loc["big", "total"] > 3 * memory.loc["base", "total"] / 2
+
+# %% [markdown]
+# For the paper's models (65 M and 213 M parameters) the parameters,
+# gradients and Adam states take well under 4 GB; the activations of a
+# batch of 25,000 tokens take several times more, which is why the paper
+# spread each batch over 8 GPUs (data parallelism, chapter 8). A model
+# a hundred times larger does not fit even with a batch of one
+# sentence, and then the model itself must be split. Four ways, in one
+# picture: each box is a device; the colours are what it holds.
+
+# %%
+def parallelism_picture():
+    schemes = {
+        "data parallel": [["L1", "L2", "L3", "L4"]] * 2,
+        "tensor parallel": [["L1a", "L2a", "L3a", "L4a"],
+                            ["L1b", "L2b", "L3b", "L4b"]],
+        "pipeline parallel": [["L1", "L2"], ["L3", "L4"]],
+        "fully sharded (FSDP)": [["L1a", "L2a", "L3a", "L4a"],
+                                 ["L1b", "L2b", "L3b", "L4b"]],
+    }
+    notes = {
+        "data parallel": "whole model on each;\nhalf the batch each;"
+                         "\nall-reduce gradients",
+        "tensor parallel": "half of every matrix;\nsame batch;\n"
+                           "all-reduce in each layer",
+        "pipeline parallel": "half the layers each;\nactivations passed "
+                             "on;\nmicro-batches fill the pipe",
+        "fully sharded (FSDP)": "half of every parameter;\nhalf the batch;"
+                                "\ngather a layer, use, free",
+    }
+    colours = {"a": "tab:blue", "b": "tab:orange", "": "tab:gray"}
+    fig, axes = plt.subplots(1, 4, figsize=(12, 3.4))
+    for ax, (name, devices) in zip(axes, schemes.items(), strict=True):
+        for d, layers in enumerate(devices):
+            ax.add_patch(Rectangle((d * 1.1, 0), 1, 4.4, fill=False))
+            for i, layer in enumerate(layers):
+                colour = colours[layer[2:] if len(layer) > 2 else ""]
+                ax.add_patch(Rectangle((d * 1.1 + 0.1, 0.15 + i * 1.05),
+                                       0.8, 0.9, color=colour, alpha=0.6))
+                ax.text(d * 1.1 + 0.5, 0.6 + i * 1.05, layer,
+                        ha="center", va="center", fontsize=8)
+            ax.text(d * 1.1 + 0.5, -0.35, f"device {d}", ha="center",
+                    fontsize=8)
+        ax.text(1.05, 5.4, notes[name], ha="center", va="center",
+                fontsize=8)
+        ax.set_xlim(-0.1, 2.2)
+        ax.set_ylim(-0.6, 6.2)
+        ax.set_title(name, fontsize=10)
+        ax.axis("off")
+    fig.suptitle("Four ways to split training across two devices "
+                 "(L1-L4: layers; a, b: halves of a layer)")
+    fig.tight_layout()
+    return fig
+
+
+parallelism_picture()
+plt.show()
+
+# %% [markdown]
+# ### Tensor parallelism: which matrices split which way
+#
+# Megatron-LM's split {cite:p}`shoeybi2019megatron` cuts each block so
+# that it needs one all-reduce. In multi-head attention, $W^Q$, $W^K$
+# and $W^V$ are split **by columns**: with two devices, device 0 computes
+# heads 1 to H/2 and device 1 the rest, each attending on its own, since
+# heads never mix until $W^O$. $W^O$ is split **by rows**: each device
+# multiplies its heads' outputs by its rows and gets a partial sum of
+# the full output; **one all-reduce** adds the two. The feed-forward
+# block the same way: $W_1$ by columns (each device holds half of the
+# $d_{ff}$ hidden units, and the ReLU acts on each unit alone), $W_2$ by
+# rows, one all-reduce. Embeddings, LayerNorms and the output layer stay
+# whole on each device.
+
+# %%
+plan = tensor_parallel_plan(model)
+for name in ("encoder.layers.0.self_attn.w_q",
+             "encoder.layers.0.self_attn.w_o",
+             "encoder.layers.0.feed_forward.w_1",
+             "encoder.layers.0.feed_forward.w_2"):
+    print(f"{name:36s} {type(plan[name]).__name__}")
+print(f"{len(plan)} linear layers split in all")
+
+# %% [markdown]
+# PyTorch's engine does the work: `init_device_mesh("cpu", (2,))` names
+# the processes, `parallelize_module` with `ColwiseParallel` and
+# `RowwiseParallel` cuts the weights and inserts the all-reduces. One
+# change in our attention made it possible: `split_heads` counts the
+# heads from the tensor (C / D), not from `n_heads`, since a process
+# holds only its share of the columns.
+#
+# Both schemes are started here in two new processes
+# (`torch.multiprocessing`, the gloo backend on the CPU). Each builds
+# the translator from the same weights, splits it, runs one forward
+# and backward pass on the same batch, and sends back the full logits,
+# the full gradients and the bytes of parameters it holds. The
+# comparison is made in float64: in float32, a ReLU input within
+# rounding of zero can fall on the other side of the kink in one
+# process, and that unit's gradient with it.
+
+# %%
+exact = TransformerConfig(**{**model.config.to_dict(), "dropout": 0.0})
+single = Transformer(exact).double()
+single.load_state_dict(model.state_dict())
+batch_src = src_tok.encode_batch(sources[:8])  # (B, S)
+batch_tgt = tgt_tok.encode_batch(references[:8])  # (B, T)
+logits = single(batch_src, batch_tgt)  # (B, T, V)
+logits.square().mean().backward()
+start = time.perf_counter()
+ranks = run_split(single, batch_src, batch_tgt, kinds=("tensor", "fsdp"))
+split_seconds = time.perf_counter() - start
+worst = {}
+for kind in ("tensor", "fsdp"):
+    worst[kind] = max(
+        max((r[kind]["grads"][name] - p.grad).abs().max().item()
+            for name, p in single.named_parameters())
+        for r in ranks)
+    same = all(torch.allclose(r[kind]["logits"], logits, rtol=1e-10,
+                              atol=1e-10) for r in ranks)
+    print(f"{kind:6s}: logits equal {same}, largest gradient difference "
+          f"{worst[kind]:.1e}")
+print(f"2 processes, both schemes: {split_seconds:.0f} s")
+
+# %% tags=["remove-cell"]
+assert all(w < 1e-10 for w in worst.values()), worst
+for r in ranks:
+    for kind in ("tensor", "fsdp"):
+        torch.testing.assert_close(r[kind]["logits"], logits, rtol=1e-10,
+                                   atol=1e-10)
+
+# %% [markdown]
+# ### FSDP: memory per process
+#
+# Fully-sharded data parallelism {cite:p}`zhao2023pytorch` (ZeRO stage 3
+# {cite:p}`rajbhandari2020zero`) keeps on each process only its shard of
+# every parameter (and so of its gradient and Adam states). Just before
+# a layer runs, the processes all-gather its full weights; right after,
+# they free them; in the backward pass the gradients are
+# reduce-scattered back to the shards. The package wraps each encoder
+# and decoder layer as one unit (`fully_shard`, FSDP2), so at most one
+# layer's full weights exist at a time beyond the shards.
+
+# %%
+whole = local_parameter_bytes(single)
+fsdp_bytes = [r["fsdp"]["local_bytes"] for r in ranks]
+tensor_bytes = [r["tensor"]["local_bytes"] for r in ranks]
+per_rank = pd.DataFrame({
+    "one process": [whole / 1e6, None],
+    "FSDP": [b / 1e6 for b in fsdp_bytes],
+    "tensor parallel": [b / 1e6 for b in tensor_bytes],
+}, index=["rank 0", "rank 1"])
+print("parameter memory per process (MB, float64):")
+per_rank.round(3)
+
+# %% tags=["remove-cell"]
+assert sum(fsdp_bytes) == whole
+assert all(abs(b - whole / 2) < 0.01 * whole for b in fsdp_bytes)
+assert all(whole / 2 < b < whole for b in tensor_bytes)
+
+# %% [markdown]
+# FSDP halves the parameters held by each process, exactly (every
+# parameter is held once in all). Tensor parallelism halves only the
+# split matrices: the embeddings and the output layer, a large share of
+# so small a model, stay whole on each.
+#
+# ## Summary
+#
+# - `torch.export` records a model's tensor operations as a graph; it
+#   refuses data-dependent branches and unrolls Python loops. So a
+#   translator ships as three graphs (encoder, cross-attention keys and
+#   values, one cached decoder step), with the decoding loop outside and
+#   the key/value cache passed in and out, and dynamic batch and
+#   lengths.
+# - The ONNX files of those graphs run in ONNX Runtime, and the
+#   package's own greedy and beam search over them give the same tokens
+#   as PyTorch on every held-out number; the command line exports and
+#   translates with them (`export`, `--runtime onnx`).
+# - Side by side: a graph runtime or a compiled step removes per-operator
+#   overhead at no cost in accuracy; int8 weights take a quarter of the
+#   bytes at almost no cost in accuracy, and on a small model on this
+#   CPU they are slower, not faster.
+# - A model stops fitting when 16 bytes per parameter plus activations
+#   exceed a device. Tensor parallelism splits $W^Q, W^K, W^V, W_1$ by
+#   columns and $W^O, W_2$ by rows, one all-reduce per block; FSDP
+#   shards every parameter and gathers a layer when it runs. Both gave
+#   the single process's logits and gradients in float64, and FSDP
+#   halved each process's parameters.
+#
+# ## Exercises
+#
+# 1. **Without the cache.** Export a step that takes the whole prefix
+#    and no cache. Compare its ONNX file, its latency and its tokens.
+# 2. **int8 in ONNX Runtime.** ONNX Runtime has its own dynamic
+#    quantisation (`onnxruntime.quantization.quantize_dynamic`). Apply
+#    it to the step graph (you may need its pre-processing pass, which
+#    runs shape inference) and add a row to the table.
+# 3. **Where the time goes.** Profile one eager beam step with
+#    `torch.profiler`. What share is matrix products, and what share is
+#    everything else? Relate it to the speed-ups in the table.
+# 4. **Pipeline parallelism.** Put the encoder on one process and the
+#    decoder on the other, sending the memory between them
+#    (`torch.distributed.send`/`recv`). Why is one process idle half of
+#    the time, and how do micro-batches help?

@@ -1,0 +1,295 @@
+"""Export a trained encoder-decoder to graphs (chapter 12).
+
+Decoding is a Python loop around the model, and a loop whose length
+depends on the tokens produced is not a graph. So the model leaves
+Python as three graphs, each a plain function of tensors:
+
+* ``encoder``: source ids -> memory;
+* ``cross``: memory -> the cross-attention keys and values of every
+  decoder layer (computed once per source, as the cache does);
+* ``step``: one cached decoder step, the newest token, the target mask,
+  the source mask and the keys and values so far -> next-token logits
+  and the keys and values grown by one position.
+
+The key/value cache is the ``step`` graph's inputs and outputs, so a
+loop over the graphs does the work of ``use_cache=True`` and gives the
+same tokens (:mod:`transformer_lite.shipping.runtime`). Batch, source
+length and target length are dynamic (up to the model's ``max_len``).
+"""
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from torch.export import Dim, ExportedProgram
+
+from transformer_lite.cache import DecoderCache
+from transformer_lite.extras import require
+from transformer_lite.model import Transformer, check_widths
+from transformer_lite.tokens import BOS_ID
+
+__all__ = [
+    "GRAPHS",
+    "CrossGraph",
+    "DecoderStep",
+    "EncoderGraph",
+    "export_onnx",
+    "export_programs",
+    "graph_inputs",
+    "onnx_paths",
+]
+
+GRAPHS = ("encoder", "cross", "step")  # one file each, in this order
+
+
+def _check_model(model: nn.Module) -> Transformer:
+    if not isinstance(model, Transformer):
+        raise ValueError(
+            f"model must be a Transformer, got {type(model).__name__}"
+        )
+    c = model.config
+    if c.position not in ("sinusoidal", "learned", "none"):
+        raise ValueError(
+            "export supports absolute positions (sinusoidal, learned, "
+            f"none), got position={c.position!r}"
+        )
+    check_widths(c.d_model, c.n_heads, c.position)
+    return model
+
+
+class EncoderGraph(nn.Module):
+    """Source ids -> memory; the source mask is built from padding.
+
+    Shape:
+        src: (B, S); output: (B, S, C).
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = _check_model(model)
+
+    def forward(self, src: Tensor) -> Tensor:
+        return self.model.encode(src)  # (B, S, C)
+
+
+class CrossGraph(nn.Module):
+    """Memory -> each decoder layer's cross-attention keys and values,
+    split into heads: ``k_0, v_0, k_1, v_1, ...``.
+
+    Shape:
+        memory: (B, S, C); each output: (B, H, S, D).
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = _check_model(model)
+
+    def forward(self, memory: Tensor) -> tuple[Tensor, ...]:
+        out = []
+        for layer in self.model.decoder.layers:
+            attn = layer.cross_attn
+            out.append(attn.split_heads(attn.w_k(memory)))  # (B, H, S, D)
+            out.append(attn.split_heads(attn.w_v(memory)))
+        return tuple(out)
+
+
+class DecoderStep(nn.Module):
+    """One cached decoder step and the output projection.
+
+    ``past`` holds each layer's self-attention keys and values of the
+    T - 1 earlier positions, ``cross`` their cross-attention ones (from
+    :class:`CrossGraph`), both as ``k_0, v_0, k_1, v_1, ...``. The step
+    returns the next-token logits and the self-attention keys and values
+    of all T positions, the newest appended.
+
+    Shape:
+        token: (B, 1); tgt_mask: (B, 1, T), True at the positions the
+        new token may attend (not padding); src_mask: (B, 1, S);
+        past: (B, H, T - 1, D) each; cross: (B, H, S, D) each;
+        output: logits (B, V) and (B, H, T, D) each.
+    """
+
+    def __init__(self, model: Transformer) -> None:
+        super().__init__()
+        self.model = _check_model(model)
+
+    def forward(
+        self,
+        token: Tensor,
+        tgt_mask: Tensor,
+        src_mask: Tensor,
+        past: tuple[Tensor, ...],
+        cross: tuple[Tensor, ...],
+    ) -> tuple[Tensor, ...]:
+        model = self.model
+        cache = DecoderCache.empty(model.config.n_layers)
+        for i, layer in enumerate(cache.layers):
+            layer.self_attn.key, layer.self_attn.value = past[
+                2 * i : 2 * i + 2
+            ]
+            layer.cross_attn.key = cross[2 * i]
+            layer.cross_attn.value = cross[2 * i + 1]
+        cache.length = tgt_mask.size(-1) - 1  # the new token's position
+        # The cross-attention keys and values are in the cache: the
+        # memory itself is never read, an empty (B, 0, C) stands for it.
+        B, C = token.size(0), model.config.d_model
+        memory = cross[0].new_zeros(B, 0, C)
+        hidden = model.decode(memory, src_mask, token, tgt_mask, cache)
+        logits = model.generator(hidden[:, -1])  # (B, V)
+        grown = []
+        for layer in cache.layers:  # (B, H, T, D) each
+            grown += [layer.self_attn.key, layer.self_attn.value]
+        return (logits, *grown)
+
+
+def graph_inputs(
+    model: Transformer, *, batch: int = 2, src_len: int = 5, tgt_len: int = 3
+) -> dict[str, tuple]:
+    """Example inputs of each graph (for tracing): real shapes and ids,
+    padding in none.
+
+    Shape: see :class:`EncoderGraph`, :class:`CrossGraph` and
+    :class:`DecoderStep`.
+    """
+    c = model.config
+    device = model.device
+    H, D = c.n_heads, c.d_model // c.n_heads
+    src = torch.full((batch, src_len), BOS_ID, device=device)
+    memory = torch.zeros(batch, src_len, c.d_model, device=device)
+    cross = tuple(
+        torch.zeros(batch, H, src_len, D, device=device)
+        for _ in range(2 * c.n_layers)
+    )
+    past = tuple(
+        torch.zeros(batch, H, tgt_len - 1, D, device=device)
+        for _ in range(2 * c.n_layers)
+    )
+    token = torch.full((batch, 1), BOS_ID, device=device)
+    tgt_mask = torch.ones(batch, 1, tgt_len, dtype=torch.bool, device=device)
+    src_mask = torch.ones(batch, 1, src_len, dtype=torch.bool, device=device)
+    return {
+        "encoder": (src,),
+        "cross": (memory,),
+        "step": (token, tgt_mask, src_mask, past, cross),
+    }
+
+
+def _dynamic_shapes(model: Transformer) -> dict[str, tuple]:
+    """Batch B, source length S and target length T of each graph."""
+    n, longest = 2 * model.config.n_layers, model.config.max_len
+    B = Dim("B", max=4096)
+    S = Dim("S", max=longest)
+    T = Dim("T", min=1, max=longest)  # the step's total length
+    src, cached = {0: B, 1: S}, {0: B, 2: S}
+    past = tuple({0: B, 2: T - 1} for _ in range(n))
+    return {
+        "encoder": (src,),
+        "cross": ({0: B, 1: S},),
+        "step": (
+            {0: B},
+            {0: B, 2: T},
+            {0: B, 2: S},
+            past,
+            tuple(cached for _ in range(n)),
+        ),
+    }
+
+
+def _graphs(model: Transformer) -> dict[str, nn.Module]:
+    return {
+        "encoder": EncoderGraph(model),
+        "cross": CrossGraph(model),
+        "step": DecoderStep(model),
+    }
+
+
+def export_programs(model: Transformer) -> dict[str, ExportedProgram]:
+    """``torch.export`` the three graphs of an eval-mode ``model``, with
+    dynamic batch and lengths. Returns ``{"encoder": ..., "cross": ...,
+    "step": ...}``."""
+    _check_model(model)
+    if model.training:
+        raise ValueError("export an eval-mode model: call model.eval()")
+    inputs, shapes = graph_inputs(model), _dynamic_shapes(model)
+    with torch.no_grad():
+        return {
+            name: torch.export.export(
+                graph, inputs[name], dynamic_shapes=shapes[name]
+            )
+            for name, graph in _graphs(model).items()
+        }
+
+
+def _names(model: Transformer) -> dict[str, tuple[list[str], list[str]]]:
+    """Input and output names of each graph in the ONNX files."""
+    n = model.config.n_layers
+    kv = [f"{kind}_{i}" for i in range(n) for kind in ("key", "value")]
+    past, cross = [f"past_{x}" for x in kv], [f"cross_{x}" for x in kv]
+    return {
+        "encoder": (["src"], ["memory"]),
+        "cross": (["memory"], cross),
+        "step": (
+            ["token", "tgt_mask", "src_mask", *past, *cross],
+            ["logits", *[f"present_{x}" for x in kv]],
+        ),
+    }
+
+
+def onnx_paths(directory: str | os.PathLike, stem: str) -> dict[str, Path]:
+    """Where :func:`export_onnx` writes each graph:
+    ``directory/stem.encoder.onnx`` and so on."""
+    return {name: Path(directory) / f"{stem}.{name}.onnx" for name in GRAPHS}
+
+
+def export_onnx(
+    model: Transformer,
+    directory: str | os.PathLike,
+    *,
+    stem: str = "model",
+    programs: dict[str, ExportedProgram] | None = None,
+) -> dict[str, Path]:
+    """Export the three graphs to ONNX with the dynamo exporter
+    (``torch.onnx.export(..., dynamo=True)``: ``torch.export`` first,
+    then a translation of its operators). Each file holds its weights.
+    ``programs``: those of :func:`export_programs` for this ``model``,
+    if already made. Returns the paths, as :func:`onnx_paths`."""
+    require("onnxscript", "ship")  # the dynamo exporter's operators
+    if programs is None:
+        programs = export_programs(model)
+    paths = onnx_paths(directory, stem)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    names = _names(model)
+    for name, program in programs.items():
+        inputs, outputs = names[name]
+        with _quiet():
+            onnx_program = torch.onnx.export(
+                program,
+                input_names=inputs,
+                output_names=outputs,
+                dynamo=True,
+                optimize=True,
+                verbose=False,
+            )
+        onnx_program.save(paths[name], external_data=False)
+    return paths
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """The exporter logs a warning for each torchvision operator it
+    cannot register (torchvision is not installed) and warns of
+    deprecations inside itself: none of them concerns our graphs."""
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        logger.setLevel(level)
