@@ -6,6 +6,7 @@ import pytest
 from transformer_lite.tasks.numbers import (
     number_splits,
     number_words,
+    repeated_numbers,
     sparse_numbers,
 )
 from transformer_lite.tasks.slices import (
@@ -36,7 +37,7 @@ def test_no_family_member_is_trained_on(splits, families):
         assert not train & set(members), name
     config = TranslateConfig()
     trained = set(training_numbers(splits, config))
-    assert trained > train  # the sparse numbers were added ...
+    assert trained > train  # sparse and repeated numbers were added ...
     for name, members in families.items():  # ... from outside the families
         assert not trained & set(members), name
     assert not trained & (set(splits["valid"]) | set(splits["test"]))
@@ -84,6 +85,20 @@ def test_sparse_numbers():
     )
 
 
+def test_repeated_numbers():
+    drawn = repeated_numbers(2000, exclude={999_999}, seed=3)
+    assert len(drawn) == 2000 and 999_999 not in drawn
+    assert all(4 <= len(str(n)) <= 6 for n in drawn)
+    assert drawn == repeated_numbers(2000, exclude={999_999}, seed=3)
+    # a uniform number of 6 digits repeats one in 85% of draws; here, the
+    # second digit alone equals the first in over half (1/2 + 1/20)
+    second_is_first = sum(str(n)[1] == str(n)[0] for n in drawn) / 2000
+    assert 0.5 < second_is_first < 0.6
+    assert sum(str(n)[:3] in {"999", "555"} for n in drawn) > 20
+    with pytest.raises(ValueError, match="max_digits"):
+        repeated_numbers(5, max_digits=3)
+
+
 class _Translator:
     """Translates right, except the numbers in ``wrong``."""
 
@@ -123,8 +138,9 @@ def test_bad_arguments_are_named(splits):
         number_slices(splits, size=0)
     with pytest.raises(ValueError, match="'train' and 'test'"):
         number_slices({"train": [1]})
-    with pytest.raises(ValueError, match="sparse_share"):
-        TranslateConfig(sparse_share=1.5)
+    for share in ("digits_share", "sparse_share", "repeat_share"):
+        with pytest.raises(ValueError, match=share):
+            TranslateConfig(**{share: 1.5})
 
 
 def test_train_prints_the_slice_table(tmp_path, capsys):
