@@ -2,8 +2,8 @@
 # `make help` lists them.
 
 PYTHON ?= python3
-# Processes that run the chapters (nbval) and the browser tests side by
-# side; 0 runs everything in one process, one test after another.
+# Processes that run the chapters side by side (nbval); 0 runs them in
+# one process, one after another.
 WORKERS ?= 2
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -92,8 +92,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 browser-test: book  ## open every page of the book in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
-	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider \
-	  -n $(WORKERS)
+	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider
 
 # Jupyter refuses to run as root unless told; containers often are root.
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)

@@ -12,6 +12,7 @@ from torch import nn
 
 from transformer_lite import make_model
 from transformer_lite.decoding import beam_search, greedy_decode, source_mask
+from transformer_lite.model import Transformer
 from transformer_lite.tasks.digits import (
     DIGIT_SIZE,
     compose_numbers,
@@ -169,6 +170,25 @@ def test_the_text_transformers_decoder_reads_image_memory_unchanged():
         )
     assert memory.shape == (2, 48, 16)
     assert mask.shape == (2, 1, 48) and bool(mask.all())
+
+
+def test_bad_target_ids_are_clear_errors_as_in_the_text_model():
+    """The reader checks its targets with the Transformer's own code:
+    shape and dtype always, the vocabulary's range when asked."""
+    model = image_to_text(vocab=11)
+    memory = model.encode(torch.rand(1, 1, 8, 24))
+    with pytest.raises(ValueError, match=r"tgt .*integer"):
+        model.decode(memory, None, torch.rand(1, 3))
+    with pytest.raises(ValueError, match=r"tgt is empty"):
+        model.decode(memory, None, torch.zeros(1, 0, dtype=torch.long))
+    model.check_ids = True
+    with pytest.raises(ValueError, match=r"tgt holds .*\[0, 10\]"):
+        model.decode(memory, None, torch.tensor([[BOS_ID, 11]]))
+    assert ImageToText.decode is Transformer.decode  # one decoder side
+    assert model.count_parameters() == sum(
+        p.numel() for p in model.parameters()
+    )
+    assert model.device == torch.device("cpu")
 
 
 def test_greedy_and_beam_decode_images_with_and_without_the_cache():

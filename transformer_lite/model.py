@@ -31,6 +31,8 @@ from transformer_lite.tokens import check_token_ids, check_token_tensor
 
 __all__ = [
     "POSITIONS",
+    "ModelBasics",
+    "TextDecoding",
     "Transformer",
     "TransformerConfig",
     "absolute_positions",
@@ -181,7 +183,78 @@ def relative_positions(
     return [None] * n
 
 
-class Transformer(nn.Module):
+class ModelBasics:
+    """What every model of the book answers: its trainable parameters
+    and the device its weights are on."""
+
+    def count_parameters(self) -> int:
+        """Trainable parameters, each shared tensor counted once."""
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.parameters()).device
+
+
+class TextDecoding(ModelBasics):
+    """The text side of chapter 5's model, shared by every model that
+    writes words with its ``decoder`` (the :class:`Transformer`, and
+    chapter 11's image reader): checked target ids, their embedding
+    (:meth:`embed_target`, the model's own), the decoder over a memory,
+    with or without a key/value cache.
+
+    Needs ``config`` (``tgt_vocab``, ``pad_id``, ``n_layers``),
+    ``decoder``, ``check_ids`` and :meth:`embed_target`.
+    """
+
+    def embed_target(self, tgt: Tensor, offset: int = 0) -> Tensor:
+        """Target ids (B, T) -> vectors (B, T, C), positions from
+        ``offset``."""
+        raise NotImplementedError
+
+    def _check_tokens(self, tokens: Tensor, vocab: int, name: str) -> None:
+        """Shape and dtype always; the ids' range only when
+        ``check_ids`` is set (it reads values: a sync point on a GPU,
+        and a break in a compiled graph). Batches check their ids where
+        they are built, on the CPU."""
+        check_token_tensor(tokens, name)
+        if tokens.numel() == 0:
+            raise ValueError(f"{name} is empty: shape {tuple(tokens.shape)}")
+        if self.check_ids:
+            check_token_ids(tokens, vocab, name)
+
+    def decode(
+        self,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt: Tensor,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Memory (B, S, C) and target ids (B, T) -> hidden (B, T, C).
+
+        With a ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the
+        next positions; by default they may attend to every cached one.
+        A cache serves one ``memory``: another raises a ``ValueError``.
+        """
+        self._check_tokens(tgt, self.config.tgt_vocab, "tgt")
+        if cache is None:
+            if tgt_mask is None:
+                tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
+            x = self.embed_target(tgt)  # (B, T, C)
+            return self.decoder(x, memory, src_mask, tgt_mask)
+        cache.bind(memory)  # one cache, one source
+        x = self.embed_target(tgt, cache.length)  # (B, T_new, C)
+        hidden = self.decoder(x, memory, src_mask, tgt_mask, cache)
+        cache.length += tgt.size(1)
+        return hidden
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for incremental decoding (chapter 8)."""
+        return DecoderCache.empty(self.config.n_layers)
+
+
+class Transformer(TextDecoding, nn.Module):
     """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) plus
     positions, the encoder and decoder stacks, and the output projection
     (``generator``) to logits.
@@ -238,17 +311,6 @@ class Transformer(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
-    def _check_tokens(self, tokens: Tensor, vocab: int, name: str) -> None:
-        """Shape and dtype always; the ids' range only when
-        ``check_ids`` is set (it reads values: a sync point on a GPU,
-        and a break in a compiled graph). Batches check their ids where
-        they are built, on the CPU."""
-        check_token_tensor(tokens, name)
-        if tokens.numel() == 0:
-            raise ValueError(f"{name} is empty: shape {tuple(tokens.shape)}")
-        if self.check_ids:
-            check_token_ids(tokens, vocab, name)
-
     def embed(
         self, tokens: Tensor, embedding: nn.Embedding, offset: int = 0
     ) -> Tensor:
@@ -264,35 +326,9 @@ class Transformer(nn.Module):
             src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
         return self.encoder(self.embed(src, self.src_embed), src_mask)
 
-    def decode(
-        self,
-        memory: Tensor,
-        src_mask: Tensor | None,
-        tgt: Tensor,
-        tgt_mask: Tensor | None = None,
-        cache: DecoderCache | None = None,
-    ) -> Tensor:
-        """Memory (B, S, C) and target ids (B, T) -> hidden (B, T, C).
-
-        With a ``cache`` (from :meth:`new_cache`), ``tgt`` holds only the
-        next positions; by default they may attend to every cached one.
-        A cache serves one ``memory``: another raises a ``ValueError``.
-        """
-        self._check_tokens(tgt, self.config.tgt_vocab, "tgt")
-        if cache is None:
-            if tgt_mask is None:
-                tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
-            x = self.embed(tgt, self.tgt_embed)  # (B, T, C)
-            return self.decoder(x, memory, src_mask, tgt_mask)
-        cache.bind(memory)  # one cache, one source
-        x = self.embed(tgt, self.tgt_embed, cache.length)  # (B, T_new, C)
-        hidden = self.decoder(x, memory, src_mask, tgt_mask, cache)
-        cache.length += tgt.size(1)
-        return hidden
-
-    def new_cache(self) -> DecoderCache:
-        """An empty key/value cache for incremental decoding (chapter 8)."""
-        return DecoderCache.empty(self.config.n_layers)
+    def embed_target(self, tgt: Tensor, offset: int = 0) -> Tensor:
+        """:meth:`embed` with the target embedding."""
+        return self.embed(tgt, self.tgt_embed, offset)
 
     def forward(
         self,
@@ -311,14 +347,6 @@ class Transformer(nn.Module):
         memory = self.encode(src, src_mask)  # (B, S, C)
         hidden = self.decode(memory, src_mask, tgt, tgt_mask)  # (B, T, C)
         return self.generator(hidden)  # (B, T, V_tgt)
-
-    def count_parameters(self) -> int:
-        """Trainable parameters, each shared tensor counted once."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-    @property
-    def device(self) -> torch.device:
-        return self.generator.weight.device
 
 
 def make_model(src_vocab: int, tgt_vocab: int, **config_fields) -> Transformer:

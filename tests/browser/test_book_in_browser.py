@@ -15,6 +15,7 @@ Chromium is Debian's (``apt-get install chromium``), driven by the
 
 import functools
 import json
+import os
 import re
 import shutil
 import threading
@@ -64,6 +65,8 @@ def book_url() -> str:
     """The root URL of ``_build/html``, served on 127.0.0.1."""
     if not (HTML / "index.html").is_file():
         pytest.fail(f"no book in {HTML}: run `make book` first")
+    if "PYTEST_XDIST_WORKER" not in os.environ:  # workers: make clears
+        shutil.rmtree(SCREENSHOTS, ignore_errors=True)  # none from before
     handler = functools.partial(QuietHandler, directory=str(HTML))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -105,18 +108,23 @@ def visit(browser_context, book_url):
 
     Every request to anything but the local site is blocked and recorded,
     web sockets included; so are console errors, uncaught exceptions and
-    files the local site does not have.
+    files the local site does not have. ``visit(path, typeset=False)``
+    also skips MathJax and the chart library, for the checks that read
+    only the page's structure: typesetting a chapter's maths costs more
+    than loading it.
     """
     pages = []
 
-    def open_page(path: str) -> Visit:
+    def open_page(path: str, *, typeset: bool = True) -> Visit:
         page = browser_context.new_page()
         pages.append(page)
         visit = Visit(page)
 
         def only_local(route):
             url = route.request.url
-            if url.startswith(book_url):
+            if not typeset and any(lib in url for lib in TYPESETTERS):
+                route.abort()
+            elif url.startswith(book_url):
                 route.continue_()
             else:
                 visit.outside.append(url)
@@ -189,6 +197,9 @@ SEARCH_FINISHED = """() => {
 }"""
 
 
+TYPESETTERS = ("/_static/mathjax/", "/_static/vega/")
+
+
 def still_wrong(page, script: str):
     """What ``script`` reports once it reports nothing, or after WAIT_MS."""
     try:
@@ -247,7 +258,7 @@ def hidden_code(chapter: str) -> list[str]:
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_hides_hidden_cells(visit, chapter):
-    page = visit(f"{chapter}.html").page
+    page = visit(f"{chapter}.html", typeset=False).page
     shown = {
         code.strip()
         for code in page.locator(".cell_input pre").all_inner_texts()
@@ -260,7 +271,7 @@ def test_chapter_hides_hidden_cells(visit, chapter):
 def test_chapter_links_to_its_neighbours(visit, book_url, chapter):
     """Previous/next point to the neighbours in reading order, and
     following "next", then "previous" there, comes back here."""
-    page = visit(f"{chapter}.html").page
+    page = visit(f"{chapter}.html", typeset=False).page
     where = READING_ORDER.index(chapter)
     before = READING_ORDER[where - 1] if where > 0 else None
     after = READING_ORDER[where + 1]
@@ -283,7 +294,7 @@ def test_chapter_links_to_its_neighbours(visit, book_url, chapter):
 
 @pytest.mark.parametrize("chapter", CHAPTERS)
 def test_chapter_downloads(visit, book_url, chapter):
-    page = visit(f"{chapter}.html").page
+    page = visit(f"{chapter}.html", typeset=False).page
     for suffix in (".py", ".ipynb"):
         link = page.locator(f'a[href$="_sources/{chapter}{suffix}"]')
         assert link.count() == 1, f"no {suffix} in the download menu"

@@ -10,7 +10,6 @@ every choice.
 import math
 from dataclasses import asdict, dataclass
 
-import torch
 from torch import Tensor, nn
 
 from transformer_lite.attention import set_fused_attention
@@ -19,6 +18,7 @@ from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
 from transformer_lite.lm.memory import SegmentMemory
 from transformer_lite.model import (
+    ModelBasics,
     absolute_positions,
     check_widths,
     relative_positions,
@@ -62,7 +62,7 @@ class LMConfig:
         return asdict(self)
 
 
-class LanguageModel(nn.Module):
+class LanguageModel(ModelBasics, nn.Module):
     """Token embeddings (times sqrt(d_model)) plus positions, N blocks
     under the causal mask, a final LayerNorm (pre-LN) and the output
     projection to next-token logits.
@@ -157,14 +157,6 @@ class LanguageModel(nn.Module):
     def new_memory(self, mem_len: int) -> SegmentMemory:
         """An empty Transformer-XL memory of ``mem_len`` positions."""
         return SegmentMemory(mem_len, self.config.n_layers)
-
-    def count_parameters(self) -> int:
-        """Trainable parameters, each shared tensor counted once."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-    @property
-    def device(self) -> torch.device:
-        return self.embed.weight.device
 
 
 def make_lm(vocab: int, **config_fields) -> LanguageModel:

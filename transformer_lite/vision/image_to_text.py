@@ -16,12 +16,11 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor, nn
 
-from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_int, check_real
 from transformer_lite.layers import Decoder
-from transformer_lite.masks import target_mask
+from transformer_lite.model import TextDecoding
 from transformer_lite.positional import SinusoidalPositionalEncoding
-from transformer_lite.tokens import PAD_ID, check_token_tensor
+from transformer_lite.tokens import PAD_ID
 from transformer_lite.vision.patches import (
     PatchPositions,
     _pair,
@@ -76,7 +75,7 @@ class ImageToTextConfig:
         return asdict(self)
 
 
-class ImageToText(nn.Module):
+class ImageToText(TextDecoding, nn.Module):
     """A ViT encoder (no class token, no head) and the Transformer's
     decoder: ``encode`` an image to memory, ``decode`` words from it.
 
@@ -88,9 +87,11 @@ class ImageToText(nn.Module):
     grid, and ``window_positions`` for the class tokens), so that the
     decoder can tell the windows apart.
 
-    Speaks the interface of :class:`~transformer_lite.model.Transformer`
-    that decoding uses: ``encode``, ``decode`` (with a ``cache``),
-    ``new_cache``, ``generator``, ``config``, and ``source_mask``.
+    Shares the Transformer's text side
+    (:class:`~transformer_lite.model.TextDecoding`: ``decode``, with a
+    ``cache``, and ``new_cache``) and speaks the rest of the interface
+    that decoding uses: ``encode``, ``generator``, ``config``, and
+    ``source_mask``.
 
     Shape:
         images: (B, K, Hi, Wi); tgt: (B, T) token ids; memory: (B, S, C),
@@ -100,6 +101,7 @@ class ImageToText(nn.Module):
     def __init__(self, config: ImageToTextConfig) -> None:
         super().__init__()
         self.config = c = config
+        self.check_ids = False  # True: check token ids on every call
         self.encoder = VisionTransformer(
             ViTConfig(**{**c.vision.to_dict(), "n_classes": 0})
         )
@@ -186,36 +188,10 @@ class ImageToText(nn.Module):
         patches = self.memory_positions(tokens[:, n:])  # (B, N, C)
         return torch.cat([windows, patches], dim=1)  # (B, n + N, C)
 
-    def embed(self, tokens: Tensor, offset: int = 0) -> Tensor:
+    def embed_target(self, tokens: Tensor, offset: int = 0) -> Tensor:
         """Target embeddings times sqrt(d_model), plus positions."""
         x = self.tgt_embed(tokens) * math.sqrt(self.config.d_model)
         return self.positional(x, offset)  # (B, T, C)
-
-    def decode(
-        self,
-        memory: Tensor,
-        src_mask: Tensor | None,
-        tgt: Tensor,
-        tgt_mask: Tensor | None = None,
-        cache: DecoderCache | None = None,
-    ) -> Tensor:
-        """Memory (B, S, C) and target ids (B, T) -> hidden (B, T, C), as
-        :meth:`~transformer_lite.model.Transformer.decode`."""
-        check_token_tensor(tgt, "tgt")
-        if cache is None:
-            if tgt_mask is None:
-                tgt_mask = target_mask(tgt, self.config.pad_id)  # (B, T, T)
-            x = self.embed(tgt)  # (B, T, C)
-            return self.decoder(x, memory, src_mask, tgt_mask)
-        cache.bind(memory)  # one cache, one image batch
-        x = self.embed(tgt, cache.length)  # (B, T_new, C)
-        hidden = self.decoder(x, memory, src_mask, tgt_mask, cache)
-        cache.length += tgt.size(1)
-        return hidden
-
-    def new_cache(self) -> DecoderCache:
-        """An empty key/value cache for incremental decoding."""
-        return DecoderCache.empty(self.config.n_layers)
 
     def forward(self, images: Tensor, tgt: Tensor) -> Tensor:
         if images.size(0) != tgt.size(0):
@@ -227,11 +203,3 @@ class ImageToText(nn.Module):
         memory = self.encode(images)  # (B, N, C)
         hidden = self.decode(memory, src_mask, tgt)  # (B, T, C)
         return self.generator(hidden)  # (B, T, V)
-
-    def count_parameters(self) -> int:
-        """Trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
-
-    @property
-    def device(self) -> torch.device:
-        return self.generator.weight.device

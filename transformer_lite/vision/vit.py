@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import Encoder
+from transformer_lite.model import ModelBasics
 from transformer_lite.vision.patches import (
     POSITION_KINDS,
     PatchEmbedding,
@@ -74,7 +75,7 @@ class ViTConfig:
         return asdict(self)
 
 
-class VisionTransformer(nn.Module):
+class VisionTransformer(ModelBasics, nn.Module):
     """Patch tokens, a class token, learned positions, the encoder stack
     and a linear head on the class token's output.
 
@@ -140,7 +141,3 @@ class VisionTransformer(nn.Module):
                 "this ViT has no head (n_classes=0): call features()"
             )
         return self.head(self.features(images)[:, 0])  # (B, n_classes)
-
-    def count_parameters(self) -> int:
-        """Trainable parameters."""
-        return sum(p.numel() for p in self.parameters() if p.requires_grad)
