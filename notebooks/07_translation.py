@@ -30,8 +30,10 @@
 # units before the tens: *einundzwanzig* is "one-and-twenty". So the model
 # must cut a long compound into its parts, and it must swap the order of
 # the parts it found. French, our second source language, counts in
-# twenties from seventy up: *quatre-vingt-dix-sept* is "four-twenty-ten-
-# seven", that is $4 \cdot 20 + 10 + 7 = 97$. English is the target, as in
+# twenties from 60 to 99: 60 to 79 are built on *soixante* (sixty), so 70
+# is *soixante-dix*, "sixty-ten", and 80 to 99 on *quatre-vingt* (four
+# twenties), so *quatre-vingt-dix-sept* is "four-twenty-ten-seven", that
+# is $4 \cdot 20 + 10 + 7 = 97$. English is the target, as in
 # the Annotated Transformer, and it has the virtue that its numbers are
 # several words long, which the BLEU score needs.
 #
@@ -45,15 +47,20 @@
 #   last checkpoints**;
 # - **beam search** with a length penalty, against greedy decoding;
 # - **BLEU**, **chrF** and exact match, and a table of the errors left;
+# - **evaluation by slice**: named families of held-out numbers (every
+#   number below 1000, round numbers, numbers with many zeros, ...)
+#   scored one by one, because one aggregate score hid the numbers a
+#   person types first;
 # - an **interactive explorer** of every attention map of the trained
 #   model;
 # - training on **several processes** with `torchrun`, and a **command
 #   line** to use the model outside the notebook.
 #
-# It teaches the `transformer_lite/tasks/` modules `numbers.py` (the
-# corpus), `tokenizer.py`, `metrics.py`, `trainer.py`, `translator.py`
-# and `translate.py` (the command line), with `training/distributed.py`
-# and beam search in `decoding.py`. The shape legend is the book's:
+# It teaches the tasks tier of the package, `transformer_lite/tasks/`:
+# `numbers.py` (the corpus), `slices.py` (evaluation by slice),
+# `tokenizer.py`, `trainer.py`, `metrics.py`, `translator.py` and
+# `translate.py` (the command line), with `training/distributed.py` and
+# beam search in `decoding.py`. The shape legend is the book's:
 # B batch, S source length, T target length, L any length,
 # C = `d_model`, H heads, D = `d_k`, V vocabulary.
 
@@ -73,6 +80,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
+import sacrebleu
 import torch
 from IPython.display import display
 
@@ -92,10 +100,17 @@ from transformer_lite.tasks.numbers import (
     number_splits,
     number_words,
 )
+from transformer_lite.tasks.slices import (
+    HELD_OUT,
+    number_slices,
+    score_slices,
+    slice_table,
+)
 from transformer_lite.tasks.trainer import (
     TranslateConfig,
     train,
     train_tokenizers,
+    training_numbers,
 )
 from transformer_lite.tasks.translator import Translator
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -141,6 +156,9 @@ assert number_words(421, "de") == "vierhunderteinundzwanzig"
 assert number_words(421, "en") == "four hundred and twenty-one"
 assert " " not in number_words(421097, "de")  # one word
 assert number_words(70, "fr") == "soixante-dix"  # sixty-ten
+assert number_words(77, "fr") == "soixante-dix-sept"  # 60 + 17
+assert number_words(80, "fr") == "quatre-vingts"  # four twenties
+assert number_words(61, "fr").startswith("soixante")
 # 727 is the longest German number below 1000, and a number below a
 # million is (thousands) + "tausend" + (rest): 727 727 is the longest.
 longest = max(range(1000), key=lambda n: len(number_words(n, "de")))
@@ -249,6 +267,52 @@ assert before[1] < at_least and after[1] > 0.99 * at_least  # ones: rare
 assert sum(n < 1000 for n in splits["train"]) < 0.05 * config.n_train
 assert set(train_numbers) == set(splits["train"])
 assert all(after[d] == before[d] for d in (4, 5, 6))
+
+# %% [markdown]
+# Short numbers are not the only ones a uniform draw leaves rare. A
+# person trying the model types *zehntausend* (10 000) or
+# *dreihunderttausend* (300 000) before anything like 318 462, and in a
+# split of numbers drawn digit by digit such round numbers, and numbers
+# such as 300 020 whose words leave whole parts unsaid, are a sliver.
+# So are numbers that say the same words twice, such as 999 104 or
+# 505 008: *neuf cent quatre-vingt-dix-neuf mille cent quatre* holds
+# *neuf* twice and *quatre* three times, and a model that finds its
+# place in the source by what the words say, rather than where they
+# stand, writes one where the other belongs.
+# The last step of the recipe adds two groups of such numbers, each
+# four to six digits long with a first digit from one to nine:
+# `sparse_share` (25%) of `n_train` drawn by `sparse_numbers`, where
+# each later digit is zero with probability 2/3, and `repeat_share`
+# (15%) drawn by `repeated_numbers`, where each later digit copies one
+# already drawn with probability 1/2. Why, and
+# how we know it works, is the subject of the section on evaluation by
+# slice below; the numbers it adds come from outside the validation
+# and test splits and outside every family of numbers that section
+# tests on. `training_numbers`
+# does all of it, for this chapter and for the command line:
+
+# %%
+show(training_numbers)
+train_numbers = training_numbers(splits, config)
+train_pairs = number_pairs(train_numbers, config.pair)
+balanced = len(balance_digits(splits["train"], at_least))
+n_sparse = round(config.sparse_share * config.n_train)
+sparse = train_numbers[balanced:balanced + n_sparse]
+repeated = train_numbers[balanced + n_sparse:]
+print(f"{len(train_numbers)} training examples, of which {len(sparse)} "
+      "with many zeros, such as", ", ".join(map(str, sparse[:5])),
+      f"\nand {len(repeated)} with repeated digits, such as",
+      ", ".join(map(str, repeated[:5])))
+
+# %% tags=["remove-cell"]
+assert len(sparse) == n_sparse == 5000
+assert len(repeated) == round(config.repeat_share * config.n_train) == 3000
+tails = "".join(str(n)[1:] for n in sparse)  # the first digit is 1..9
+assert 0.6 < tails.count("0") / len(tails) < 0.73 and min(sparse) >= 1000
+echo = sum(str(n)[1] == str(n)[0] for n in repeated) / len(repeated)
+assert 0.5 < echo < 0.6 and min(repeated) >= 1000  # 1/2 + 1/20
+added = set(sparse) | set(repeated)
+assert not added & (set(splits["valid"]) | set(splits["test"]))
 
 # %% [markdown]
 # ## Subword tokens
@@ -649,10 +713,16 @@ assert changed <= 10  # the beam rarely changes the output
 # (Times vary with the machine; the other columns do not.) Both clear the
 # bar we set ourselves, at least 95% exact match and a BLEU of at least
 # 90 on held-out numbers, by a wide margin. And here beam search buys
-# little: for every test number its score is at least that of the
-# greedy output (checked), but it hardly ever finds a *different* output
-# (the count is under the table), so the scores barely move, while the
-# search decodes $k = 4$ hypotheses for every source. The model is too
+# little. In this run, for every test number, the beam's output scores
+# at least as high as the greedy one under the beam's own measure,
+# $\log P / lp$ (checked). That is a fact of this model, not a promise
+# of the algorithm: beam search may drop the greedy prefix when $k$
+# other prefixes rank above it, and with a length penalty the ranking
+# of prefixes differs from that of finished outputs, so in general it
+# can return an output that scores *below* the greedy one. It also
+# hardly ever finds a *different* output (the count is under the
+# table), so the scores barely move, while the search decodes $k = 4$
+# hypotheses for every source. The model is too
 # sure of itself for a wider search to matter. Here is how sure: the
 # probability it gives to each token of its greedy outputs (the
 # geometric mean over an output's tokens, averaged over outputs), for
@@ -693,9 +763,15 @@ assert per_token[~right].mean() > 0.8 * cap
 # **Exact match** is the strictest measure: the share of outputs equal to
 # the reference, letter for letter. Real translation rarely has one right
 # answer, so machine translation is scored with softer measures.
-# **BLEU** {cite:p}`papineni2002bleu` counts, for $n = 1$ to $4$, the share
-# $p_n$ of the output's $n$-grams (runs of $n$ words) that also occur in
-# the reference, over the whole test set, and combines them:
+# **BLEU** {cite:p}`papineni2002bleu` measures, for $n = 1$ to $4$, a
+# *clipped* (or modified) precision $p_n$ over the whole test set: each
+# distinct $n$-gram (run of $n$ words) of an output counts as many times
+# as it occurs there, but never more often than it occurs in the
+# reference, and $p_n$ is the sum of those clipped counts over the
+# number of the outputs' $n$-grams. Clipping matters on this corpus: an
+# output that says "hundred" or "and" twice where the reference says it
+# once gets credit for one, so repeating the commonest words cannot buy
+# precision. BLEU combines the four:
 #
 # $$\mathrm{BLEU} = BP \cdot \exp\Big(\frac{1}{4} \sum_{n=1}^{4}
 # \log p_n\Big), \qquad BP = \min\big(1,\; e^{\,1 - r/c}\big),$$
@@ -727,6 +803,25 @@ assert abs(bleu([reference], [reference]) - 100) < 1e-9
 # $n$-grams, of which the sentence has so many that one short wrong word
 # spoils few. For a number, exact match is what counts: "three hundred
 # and four" is not nearly right.
+#
+# Clipping shows on an output that stutters. Against "one hundred and
+# five", the output "one hundred and hundred and five" has six words,
+# all of which occur in the reference; unclipped, its unigram precision
+# would be 6/6. `sacrebleu` reports the clipped counts:
+
+# %%
+stutter = sacrebleu.corpus_bleu(["one hundred and hundred and five"],
+                                [["one hundred and five"]])
+print("clipped n-gram counts:", stutter.counts,
+      "of", stutter.totals, "n-grams")
+
+# %% tags=["remove-cell"]
+assert stutter.counts[:2] == [4, 3] and stutter.totals[:2] == [6, 5]
+
+# %% [markdown]
+# "hundred" and "and" are credited once each, as often as the reference
+# has them: $p_1 = 4/6$, and of the five bigrams only three count
+# ("hundred and" is in the output twice and in the reference once).
 #
 # ## The errors that remain
 #
@@ -771,7 +866,8 @@ assert translator.translate(["fünf", "zwölf", "dreihundertzwölf"]) == [
 wrong_rows = errors(test_sources, runs[4]["outputs"], test_targets)
 number_of = dict(zip(test_sources, splits["test"], strict=True))
 error_table = pd.DataFrame(
-    [{"number": number_of[row["source"]], **row} for row in wrong_rows]
+    [{"number": number_of[row["source"]], **row} for row in wrong_rows],
+    columns=["number", "source", "output", "reference"],
 )
 print(f"{len(error_table)} errors in {len(test_sources)} (the German "
       "sources are in error_table.source):")
@@ -783,36 +879,131 @@ assert len(error_table) == round(10 * (100 - runs[4]["exact match"]))
 assert len(error_table) <= 50
 
 # %% [markdown]
-# The errors are not random. Look at the digits: nearly every wrong
-# number has a **zero** in it, though only about a third of the test
-# numbers do:
+# ## Evaluation by slice
+#
+# The scores so far answer one question: how often is a number drawn
+# like the test numbers translated exactly? Over 99% of the time. A
+# person trying the model asks another: does it know the numbers *I*
+# type? Those are short, round or full of zeros: *zehntausend*,
+# *einhunderttausend*, *zweitausendfünf*. An aggregate score weights each
+# kind of number by its share of the test set, and round numbers are a
+# sliver of it:
 
 # %%
-def has_zero(n: int) -> bool:
-    return "0" in str(n)
+def has_zeros(n: int, count: int = 3) -> bool:
+    return str(n).count("0") >= count
 
 
-zero_errors = sum(map(has_zero, error_table["number"]))
-zero_share = sum(map(has_zero, splits["test"])) / len(splits["test"])
-print(f"errors with a zero digit: {zero_errors} of {len(error_table)}")
-print(f"test numbers with a zero digit: {zero_share:.0%}")
+round_numbers = {k * 10**n for k in range(1, 10) for n in range(6)}
+in_test = sum(n in round_numbers for n in splits["test"])
+zero_heavy = sum(map(has_zeros, splits["test"]))
+print(f"of {len(splits['test'])} test numbers, {in_test} are round "
+      f"(k x 10^n) and {zero_heavy} have three or more zeros")
 
 # %% tags=["remove-cell"]
-assert zero_errors >= 0.75 * len(error_table)
-assert 0.25 < zero_share < 0.4  # "about a third"
-assert zero_errors / len(error_table) > 2 * zero_share
+assert in_test <= 5 and zero_heavy <= 20  # 2 and 2 to 8 for seeds 0-2
 
 # %% [markdown]
-# In words, a zero is silent: 800 047 is *achthunderttausendsiebenundvierzig*
-# and "eight hundred thousand and forty-seven", with nothing said for
-# the empty tens and units of the thousands. The model must notice that
-# a part is *missing*, and that is harder than translating a part that is
-# there; its typical mistake is to fill the gap with a part borrowed from
-# elsewhere in the number (in the run that built this page, "eight
-# hundred **and forty-seven** thousand and forty-seven"). With
-# `BOOK_SEED` 0, 1 and 2 every error had a zero (11, 6 and 7 errors).
-# Numbers with gaps in the same places are rare in training; more of
-# them should close the gap (the second exercise tries).
+# So a model may fail on every round number and lose a percent of its
+# score. That is what happened to the first version of this chapter,
+# whose recipe added no numbers of its own (`sparse_share=0`,
+# `repeat_share=0`): 99% exact on
+# the test set, and yet *zehntausend* came out as "ten" and
+# *einhunderttausend* as "one hundred". The cure for an aggregate that
+# hides a failure is to score **slices**: named families of numbers,
+# each scored on its own. `number_slices` builds them:
+#
+# - **complete** families, small enough to list: every number 0-999,
+#   and every round number $k \cdot 10^n$ ($k = 1..9$);
+# - **sampled** families, `slice_size` (200) numbers each: numbers with
+#   three or more zeros; numbers made of 11-19 and the x1 forms (21,
+#   31, ..., 91) in every group of three digits (the irregular German
+#   *elf*, *zwölf*, *einund-*); the largest thousand numbers; random
+#   numbers of four, five and six digits;
+# - and the test set itself, **random held-out**, for the aggregate.
+#
+# A family must measure translation, not memory, so it holds only
+# numbers *outside* the training split: the validation and test
+# numbers and the numbers the split never drew. "Every number 0-999"
+# is therefore every *held-out* number 0-999, and the round numbers
+# that the split happened to put into training are not in their
+# family. The sparse numbers that training adds are drawn outside every
+# family too (`training_numbers` excludes them), so no member of any
+# family is ever trained on:
+
+# %%
+families = number_slices(splits, size=config.slice_size,
+                         max_digits=config.max_digits, seed=config.seed)
+trained_on = set(train_numbers)
+print(pd.Series({name: len(xs) for name, xs in families.items()},
+                name="numbers").to_frame().T.to_string())
+print("family members trained on:",
+      sum(len(trained_on & set(xs)) for xs in families.values()))
+
+# %% tags=["remove-cell"]
+assert all(not trained_on & set(xs) for xs in families.values())
+assert families[HELD_OUT] == sorted(splits["test"])
+assert len(families["round k x 10^n"]) >= 10
+
+# %% [markdown]
+# Here is the table that the first recipe gave for both language pairs
+# with seed 0 (exact match in %, decoded with a beam of 4, as the
+# command line does). It is a record, not run here, because it would
+# double the chapter's training time; the command
+# `python -m transformer_lite.tasks.translate train --sparse-share 0
+# --repeat-share 0` prints it.
+#
+# | family | de-en | fr-en |
+# |---|---:|---:|
+# | 0-999 | 100.0 | 100.0 |
+# | round k x 10^n | 44.0 | 8.0 |
+# | 3+ zeros | 46.5 | 32.0 |
+# | 11-19, x1 | 100.0 | 100.0 |
+# | largest | 98.0 | 95.5 |
+# | 4 digits | 100.0 | 99.0 |
+# | 5 digits | 100.0 | 98.5 |
+# | 6 digits | 99.5 | 98.5 |
+# | random held-out | 99.0 | 98.6 |
+#
+# In words, a zero is silent: 800 047 is
+# *achthunderttausendsiebenundvierzig* and "eight hundred thousand and
+# forty-seven", with nothing said for the empty tens and units of the
+# thousands, and 10 000 is *zehntausend*, with nothing after the
+# *tausend* at all. The model must notice that a part is *missing*,
+# which is harder than translating a part that is there, and a model
+# that has seen few such gaps fills them. The largest numbers fail
+# another way: they say the same words twice, and the model copies the
+# wrong one. The recipe of this chapter trains on 5000 numbers with gaps
+# (`sparse_numbers`) and 3000 with repeated digits (`repeated_numbers`),
+# and the same families, scored on the model trained above, now read:
+
+# %%
+scored = score_slices(translator, families, pair=config.pair)
+print(slice_table(scored))
+
+# %% tags=["remove-cell"]
+FLOOR = 90  # measured, seeds 0-2: de-en 94 at worst (the goal: 99)
+assert all(s.exact >= FLOOR for s in scored.values()), slice_table(scored)
+assert translator.translate(["zehntausend", "einhunderttausend"]) == [
+    "ten thousand", "one hundred thousand"]
+
+# %% [markdown]
+# Every family is now at least 90% exact (checked), where two of them
+# were below 50%, and the random held-out numbers did not pay for it.
+# It is not yet the 99% we want for every family and every seed. Over
+# seeds 0 to 2, a few numbers that end in *tausend* still gain a tail
+# in German (930 000 became "nine hundred and thirty thousand and
+# thirty"), and in French a few of the largest numbers whose last part
+# is a bare *cent*, "one hundred", borrow the digit that follows it
+# (999 103 became "... three hundred and three"). Both are the model
+# finding its place in the source by what the words say rather than
+# where they stand; closing that gap is the second exercise.
+#
+# The lesson reaches beyond numbers: a single score over a test set
+# drawn like the training data tells how the model does on *that*
+# distribution, and nothing about the inputs its users try first. Name
+# those inputs, build a family for each, keep
+# them out of training, and score every family.
 #
 # ## Inside the model: every attention map
 #
@@ -990,7 +1181,9 @@ show(shard)
 #
 # The model goes to `~/.cache/transformer-lite/de-en.pt` (or under
 # `$XDG_CACHE_HOME`), its checkpoints next to it; `--model-dir DIR` or
-# `--model FILE` choose another place. Every field of `TranslateConfig`
+# `--model FILE` choose another place. After training, `train` prints
+# the scores on the test numbers and the slice table of this chapter,
+# so a weak family shows at once. Every field of `TranslateConfig`
 # is an option (`--steps 2000`, `--d-model 256`), and
 # `--tsv corpus.tsv` trains on any parallel corpus with one
 # `source<TAB>target` pair per line, such as Multi30k
@@ -1005,8 +1198,9 @@ assert translator.translate(["dreihundertzwölf"]) == [
 # %% [markdown]
 # ## French
 #
-# French is the harder source: it counts in twenties from 60 to 99, and
-# writes with spaces and hyphens. Here is how its tokenizer would cut a
+# French is the harder source: it counts in twenties from 60 to 99
+# (*soixante-dix* for 70, *quatre-vingts* for 80), and writes with spaces
+# and hyphens. Here is how its tokenizer would cut a
 # few numbers:
 
 # %%
@@ -1048,9 +1242,9 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 #   that every number is long.
 # - **Beam search** keeps $k$ hypotheses and ranks them by
 #   $\log P / lp$ with GNMT's length penalty; $k = 1$ *is* greedy
-#   decoding. Its outputs score at least as high as greedy ones, but on a
-#   model this sure of itself it changes almost nothing, at many times
-#   the cost.
+#   decoding. It is not guaranteed to beat greedy decoding (in this
+#   run its outputs scored at least as high, checked); on a model this
+#   sure of itself it changes almost nothing, at many times the cost.
 # - **BLEU** and **chrF** (from `sacrebleu`) give partial credit; for
 #   numbers, exact match is the measure that counts.
 # - The **cross-attention** of the trained model aligns English words
@@ -1058,8 +1252,14 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 # - **Averaging the last checkpoints** gives a steadier model than the
 #   last step, for the price of a few files; checkpoints load with
 #   `weights_only=True`.
-# - The errors left are systematic: nearly all are numbers with a zero,
-#   whose words leave a part out, and the model fills the gap.
+# - **An aggregate score can hide a failure.** 99% exact on random
+#   held-out numbers went with round numbers translated wrong, because
+#   they are a sliver of a random test set. Named families of held-out
+#   numbers (`number_slices`), each scored on its own
+#   (`score_slices`), show it; training on numbers with many zeros
+#   (`sparse_numbers`) and with repeated digits (`repeated_numbers`),
+#   drawn outside every family, brings every family above 90%, from
+#   below 50%.
 # - **Data-parallel training** with `torchrun` and DDP equals
 #   single-process training when each process's summed loss is divided
 #   by the global token count, times the number of processes.
@@ -1072,14 +1272,17 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 #    --pair fr-en`). Is French harder: more steps to reach 95%, or other
 #    errors? Look at the cross-attention of "quatre-vingt-dix-sept" in
 #    the explorer: which French pieces does "ninety" look at?
-# 2. **Silent zeros.** The errors cluster on numbers with a zero. Count
-#    the training numbers of the shapes that fail (for instance X00 000
-#    to X00 999: the thousands have no tens or units), add 500 more of
-#    them to the training split (avoiding the test and validation
-#    numbers) and train again: do those errors go away, and do others
-#    appear? Then the opposite: remove from training every
-#    number whose last two digits are 12 and test on those alone. Does
-#    BPE's odd split of *zwölf* hurt, or does the model cope?
+# 2. **Silent zeros.** Train with `TranslateConfig(sparse_share=0)` (or
+#    `--sparse-share 0` on the command line) and print the slice table:
+#    which families fall, and what do their worst outputs have in
+#    common? How small can `sparse_share` be before a family drops below
+#    99%, and does a large one (0.5) cost the random held-out numbers?
+#    Try `repeat_share=0` too. After chapter 9, come back with its
+#    relative positions: does RoPE help the model tell a repeated word's
+#    two places apart?
+#    Then add a family of your own: every number whose last two digits
+#    are 12, removed from training. Does BPE's odd split of *zwölf*
+#    hurt, or does the model cope?
 # 3. **The length penalty.** Decode the test set with `beam_size=4` and
 #    `length_penalty` 0, 0.6 and 2. Count the outputs that are shorter
 #    and longer than their reference in each case, and find an example

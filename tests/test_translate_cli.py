@@ -21,7 +21,8 @@ TINY = [
     "--n-train", "200", "--n-valid", "20", "--n-test", "20",
     "--steps", "4", "--save-every", "2", "--keep-last", "2",
     "--d-model", "16", "--d-ff", "32", "--n-layers", "1", "--n-heads", "2",
-    "--batch-size", "32", "--max-len", "40", "--quiet",
+    "--batch-size", "32", "--max-len", "40", "--slice-size", "5",
+    "--quiet",
 ]  # fmt: skip
 
 META = torch.device("meta")  # a device that is not the CPU; holds no data
@@ -141,7 +142,7 @@ def test_the_cli_translates_on_the_default_device(model_dir, monkeypatch):
     monkeypatch.setattr(Translator, "translate", translate)
     assert main(["--model-dir", str(model_dir), "einundzwanzig"]) == 0
     assert main(["train", "--model-dir", str(model_dir), *TINY]) == 0
-    assert devices == [META, META]
+    assert devices == [META] * 3  # the text; the test split; the slices
 
 
 # ----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ offline, with splits that keep test numbers out of training.
 import collections
 import functools
 import random
+from collections.abc import Callable
 
 from transformer_lite.checks import check_int
 from transformer_lite.extras import require
@@ -18,12 +19,16 @@ __all__ = [
     "number_pairs",
     "number_splits",
     "number_words",
+    "repeated_numbers",
+    "sparse_numbers",
 ]
 
 MAX_DIGITS = 6  # numbers below a million by default
 MAX_DIGITS_LIMIT = 15  # num2words writes every number below 10**15
 LANGUAGES = {"de": "German", "en": "English", "fr": "French"}
 PAIRS = ("de-en", "fr-en")  # source-target, as the Annotated Transformer
+ZERO_CHANCE = 2 / 3  # of each digit but the first, in sparse_numbers
+REPEAT_CHANCE = 1 / 2  # of each digit but the first, in repeated_numbers
 
 
 @functools.lru_cache(maxsize=2**20)
@@ -110,3 +115,90 @@ def number_pairs(
         raise ValueError(f"pair must be one of {PAIRS}, got {pair!r}")
     src, tgt = pair.split("-")
     return [(number_words(n, src), number_words(n, tgt)) for n in numbers]
+
+
+def _draw_outside(
+    count: int,
+    draw: Callable[[random.Random, int], int],
+    *,
+    exclude: set[int] | frozenset[int],
+    max_digits: int,
+    seed: int,
+) -> list[int]:
+    """``count`` numbers from ``draw(rng, digits)``, each with a count of
+    digits uniform in 4..``max_digits``; a number in ``exclude`` is drawn
+    again. Numbers may repeat. Same arguments, same list."""
+    check_sizes(count=count)
+    check_int("max_digits", max_digits, low=4, high=MAX_DIGITS_LIMIT)
+    check_int("seed", seed, low=0)
+    rng = random.Random(seed)
+    drawn: list[int] = []
+    for _ in range(100 * count):  # exclude may hold most round numbers
+        if len(drawn) == count:
+            return drawn
+        number = draw(rng, rng.randint(4, max_digits))
+        if number not in exclude:
+            drawn.append(number)
+    raise ValueError(
+        f"could not draw {count} numbers outside exclude "
+        f"({len(exclude)} numbers): exclude fewer"
+    )
+
+
+def _sparse(rng: random.Random, digits: int) -> int:
+    drawn = [rng.randint(1, 9)]
+    for _ in range(digits - 1):
+        zero = rng.random() < ZERO_CHANCE
+        drawn.append(0 if zero else rng.randint(1, 9))
+    return int("".join(map(str, drawn)))
+
+
+def _repeated(rng: random.Random, digits: int) -> int:
+    drawn = [rng.randint(1, 9)]
+    for _ in range(digits - 1):
+        again = rng.random() < REPEAT_CHANCE
+        drawn.append(rng.choice(drawn) if again else rng.randint(0, 9))
+    return int("".join(map(str, drawn)))
+
+
+def sparse_numbers(
+    count: int,
+    *,
+    exclude: set[int] | frozenset[int] = frozenset(),
+    max_digits: int = MAX_DIGITS,
+    seed: int = 0,
+) -> list[int]:
+    """``count`` numbers of four or more digits, most of them zeros
+    (chapter 7): round numbers such as 40 000, and numbers such as
+    400 003 or 200 250, whose words leave whole parts unsaid.
+
+    Each is drawn by a count of digits, uniform in 4..``max_digits``, a
+    first digit 1..9, and every other digit 0 with probability
+    ``ZERO_CHANCE`` (2/3), else 1..9; a number in ``exclude`` is drawn
+    again. Numbers may repeat: there are few round numbers. Same
+    arguments, same list.
+    """
+    return _draw_outside(count, _sparse, exclude=exclude,
+                         max_digits=max_digits, seed=seed)  # fmt: skip
+
+
+def repeated_numbers(
+    count: int,
+    *,
+    exclude: set[int] | frozenset[int] = frozenset(),
+    max_digits: int = MAX_DIGITS,
+    seed: int = 0,
+) -> list[int]:
+    """``count`` numbers of four or more digits that say the same words
+    twice (chapter 7): 999 104, 505 008, 313 109, where a model that
+    finds its place in the source by content alone copies the wrong
+    *neuf* or *fünf*.
+
+    Each is drawn by a count of digits, uniform in 4..``max_digits``, a
+    first digit 1..9, and every other digit, with probability
+    ``REPEAT_CHANCE`` (1/2), a copy of a digit already drawn (any, with
+    equal chance), else 0..9; a number in ``exclude`` is drawn again.
+    Same arguments, same list.
+    """
+    return _draw_outside(count, _repeated, exclude=exclude,
+                         max_digits=max_digits, seed=seed)  # fmt: skip

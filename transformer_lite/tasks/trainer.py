@@ -16,7 +16,14 @@ from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.device import default_device, seed_everything
 from transformer_lite.model import Transformer, TransformerConfig
 from transformer_lite.tasks.corpus import bucket_batches
-from transformer_lite.tasks.numbers import MAX_DIGITS_LIMIT, PAIRS
+from transformer_lite.tasks.numbers import (
+    MAX_DIGITS_LIMIT,
+    PAIRS,
+    balance_digits,
+    repeated_numbers,
+    sparse_numbers,
+)
+from transformer_lite.tasks.slices import number_slices
 from transformer_lite.tasks.tokenizer import SPECIAL_TOKENS
 from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
 from transformer_lite.tasks.translator import Translator
@@ -39,6 +46,7 @@ __all__ = [
     "default_model_dir",
     "train",
     "train_tokenizers",
+    "training_numbers",
 ]
 
 
@@ -52,6 +60,9 @@ class TranslateConfig:
     n_test: int = 1000  # held out, for the final scores
     max_digits: int = 6  # numbers below a million
     digits_share: float = 0.15  # repeat short numbers up to this share
+    sparse_share: float = 0.25  # add numbers with many zeros, this share
+    repeat_share: float = 0.15  # and numbers with repeated digits
+    slice_size: int = 200  # held-out numbers per sampled family (slices)
     src_vocab: int = 130  # BPE vocabulary of the source, specials included
     tgt_vocab: int = 120  # and of the target
     n_layers: int = 2  # small: the task needs little depth
@@ -83,7 +94,8 @@ class TranslateConfig:
             elif f.type is int:
                 high = MAX_DIGITS_LIMIT if f.name == "max_digits" else None
                 check_int(f.name, value, low=lowest.get(f.name, 1), high=high)
-        check_real("digits_share", self.digits_share, low=0.0, high=1.0)
+        for name in ("digits_share", "sparse_share", "repeat_share"):
+            check_real(name, getattr(self, name), low=0.0, high=1.0)
         for name in ("dropout", "smoothing"):
             check_real(name, getattr(self, name), low=0.0, high=1.0,
                        high_open=True)  # fmt: skip
@@ -138,6 +150,44 @@ def train_tokenizers(
         Tokenizer.train(sources, config.src_vocab),
         Tokenizer.train(targets, config.tgt_vocab),
     )
+
+
+def training_numbers(
+    splits: dict[str, list[int]], config: TranslateConfig
+) -> list[int]:
+    """The numbers to train on, with repeats (chapter 7): the training
+    split with its short numbers repeated (``digits_share``,
+    :func:`~transformer_lite.tasks.numbers.balance_digits`), then
+    ``sparse_share * n_train`` numbers with many zeros
+    (:func:`~transformer_lite.tasks.numbers.sparse_numbers`) and
+    ``repeat_share * n_train`` numbers with repeated digits
+    (:func:`~transformer_lite.tasks.numbers.repeated_numbers`), none of
+    them in the validation or test split or in any family of
+    :func:`~transformer_lite.tasks.slices.number_slices`: the families
+    stay held out.
+    """
+    # a share of 0: every number once (balance_digits wants >= 1)
+    at_least = max(1, round(config.digits_share * config.n_train))
+    numbers = balance_digits(splits["train"], at_least)
+    extra = {sparse_numbers: config.sparse_share,
+             repeated_numbers: config.repeat_share}  # fmt: skip
+    if config.max_digits < 4 or not any(extra.values()):
+        return numbers
+    families = number_slices(
+        splits,
+        size=config.slice_size,
+        max_digits=config.max_digits,
+        seed=config.seed,
+    )
+    exclude = {n for xs in families.values() for n in xs}
+    exclude |= set(splits["valid"]) | set(splits["test"])
+    for stream, (draw, share) in enumerate(extra.items()):
+        if count := round(share * config.n_train):
+            numbers += draw(
+                count, exclude=exclude, max_digits=config.max_digits,
+                seed=2 * config.seed + stream,
+            )  # fmt: skip
+    return numbers
 
 
 def check_lengths(

@@ -41,11 +41,17 @@ from transformer_lite.shipping.export import export_onnx, onnx_paths
 from transformer_lite.shipping.runtime import OnnxTransformer
 from transformer_lite.tasks import corpus, numbers
 from transformer_lite.tasks.metrics import scores
+from transformer_lite.tasks.slices import (
+    number_slices,
+    score_slices,
+    slice_table,
+)
 from transformer_lite.tasks.trainer import (
     TranslateConfig,
     default_model_dir,
     train,
     train_tokenizers,
+    training_numbers,
 )
 from transformer_lite.tasks.translator import Translator
 from transformer_lite.training.checkpoint import average_checkpoints
@@ -185,10 +191,9 @@ def _train_command(args: argparse.Namespace) -> int:
             for split in ("train", "valid", "test")
         )
         tokenizers = train_tokenizers(pairs, config)  # distinct numbers
-        # a share of 0: every number once (balance_digits wants >= 1)
-        at_least = max(1, round(config.digits_share * config.n_train))
-        balanced = numbers.balance_digits(splits["train"], at_least)
-        pairs = numbers.number_pairs(balanced, config.pair)
+        pairs = numbers.number_pairs(
+            training_numbers(splits, config), config.pair
+        )
     checkpoints = path.with_name(path.stem + "-checkpoints")
     quiet = getattr(args, "quiet", False)
     result = train(
@@ -209,6 +214,15 @@ def _train_command(args: argparse.Namespace) -> int:
             ", ".join(f"{k} {v:.1f}" for k, v in measured.items()),
             f"on {len(test)} held-out numbers",
         )
+        families = number_slices(
+            splits,
+            size=config.slice_size,
+            max_digits=config.max_digits,
+            seed=config.seed,
+        )
+        scored = score_slices(translator, families, pair=config.pair)
+        print("exact match by family of held-out numbers:")
+        print(slice_table(scored))
     return 0
 
 
