@@ -163,8 +163,9 @@ def visit(browser_context, book_url):
 
 
 def book_pages() -> list[str]:
-    """Every HTML page of the built book, relative to its root."""
-    assets = {"_static", "_sources", "_images"}
+    """Every HTML page of the built book, relative to its root (the
+    slides have checks of their own: test_slides_start_and_step)."""
+    assets = {"_static", "_sources", "_images", "slides"}
     return sorted(
         path.relative_to(HTML).as_posix()
         for path in HTML.rglob("*.html")
