@@ -5,6 +5,7 @@ without breaking the grader; and a planted wrong answer per chapter
 loses its exercise's points (and those of any exercise built on it),
 with the failure message its author wrote for that mistake."""
 
+import json
 import os
 import shutil
 import sys
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.classroom  # beside the chapters, in make nbval
 # CHAPTERS="01 03" grades those chapters only, while writing exercises
 CHAPTERS = assignments.chapters(os.environ.get("CHAPTERS", "").split())
 VERSIONS = ("instructor", "student", "planted")
+REPORT = ROOT / "_build" / "classroom-grades.json"  # the scores, for review
 
 
 def test_every_chapter_has_five_graded_exercises_and_a_planted_error():
@@ -91,6 +93,12 @@ def graded(tmp_path_factory):
                 notebook = nbformat.read(path / f"{job.name}.ipynb", 4)
                 scores = (sub.score, sub.max_score)
                 results[job.name, version] = (*scores, notebook, job)
+    summary = {
+        f"{name} {version}": result[:2]
+        for (name, version), result in results.items()
+    }
+    REPORT.parent.mkdir(exist_ok=True)
+    REPORT.write_text(json.dumps(summary, indent=1) + "\n")
     return results
 
 
