@@ -308,7 +308,9 @@ print(f"{len(train_numbers)} training examples, of which {len(sparse)} "
 assert len(sparse) == n_sparse == 5000
 assert len(repeated) == round(config.repeat_share * config.n_train) == 3000
 tails = "".join(str(n)[1:] for n in sparse)  # the first digit is 1..9
-assert 0.6 < tails.count("0") / len(tails) < 0.73 and min(sparse) >= 1000
+# 2/3 of the digits drawn are zeros, fewer of those kept: the held-out
+# round numbers, all zeros after the first digit, are drawn again
+assert 0.55 < tails.count("0") / len(tails) < 0.73 and min(sparse) >= 1000
 echo = sum(str(n)[1] == str(n)[0] for n in repeated) / len(repeated)
 assert 0.5 < echo < 0.6 and min(repeated) >= 1000  # 1/2 + 1/20
 added = set(sparse) | set(repeated)
@@ -739,21 +741,24 @@ right = torch.tensor([o == t for o, t in zip(runs[1]["outputs"],
                                              test_targets, strict=True)],
                      device=per_token.device)  # (B,)
 cap = 1 - config.smoothing + config.smoothing / tgt_tok.vocab_size
+wrong = (f"{per_token[~right].mean():.3f} ({int((~right).sum())} outputs)"
+         if (~right).any() else "none in this run")  # fmt: skip
 print(f"right outputs: {per_token[right].mean():.3f} per token; "
-      f"wrong outputs: {per_token[~right].mean():.3f}; "
-      f"label smoothing's target: {cap:.3f}")
+      f"wrong outputs: {wrong}; label smoothing's target: {cap:.3f}")
 
 # %% tags=["remove-cell"]
 assert abs(per_token[right].mean() / cap - 1) < 0.1
-assert per_token[~right].mean() > 0.8 * cap
+if (~right).any():  # some seeds get every test number right
+    assert per_token[~right].mean() > 0.8 * cap
 
 # %% [markdown]
 # Label smoothing trains the model to give the right token probability
 # $1 - \varepsilon + \varepsilon / V$, and on the numbers it gets right
 # it gives about that at every step (a little more, as dropout, on during
-# training, is off when decoding). On the numbers it gets wrong it is
-# hardly less sure: it is *confidently* wrong, and no search through
-# less probable tokens can repair that. Beam search pays where a model
+# training, is off when decoding). On the numbers it gets wrong, when
+# a run has any (a few at most; some seeds have none), it is hardly
+# less sure: it is *confidently* wrong, and no search through less
+# probable tokens can repair that. Beam search pays where a model
 # hesitates between outputs, as in real translation, where a sentence has
 # many good renderings; the third exercise explores the length penalty's
 # part in it.
