@@ -29,12 +29,10 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)  ## create .venv with the pinned requirements and the package
 
-test: install  ## everything: contracts, unit tests, every notebook, the book
+test: install  ## everything: contracts, unit tests, every notebook, the book, the slides
 	$(MAKE) contracts
 	$(MAKE) unit
 	$(MAKE) nbval
-	$(MAKE) book
-	$(MAKE) slides
 	$(MAKE) browser-test
 
 contracts: install  ## the package's tiers import one way (import-linter)
@@ -52,11 +50,11 @@ notebooks/%.ipynb: notebooks/%.py
 # The chapters run WORKERS at a time (pytest-xdist), each whole in one
 # worker and on one thread (OMP_NUM_THREADS=1): a chapter that asks for
 # two threads while another chapter holds a core waits on its descheduled
-# thread at every operation, and runs many times slower. The later
-# chapters, the long ones, start first, so that the workers finish close
-# together. nbgrader grades every chapter's assignment in the same run
-# (tests/test_assignments.py), and the JUnit report gives each chapter's
-# running time to the syllabus (make chapter-times).
+# thread at every operation, and runs many times slower. nbgrader grades
+# every chapter's assignment in the same run (tests/test_assignments.py).
+# The longest files, by their last measured time, start first, so that
+# the workers finish close together; the JUnit report measures them
+# again, for that order and for the syllabus (make chapter-times).
 NBVAL_ENV := $(if $(filter 0,$(WORKERS)),,OMP_NUM_THREADS=1)
 nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a test (nbval)
 	@if [ -z "$(IPYNB)" ]; then echo "no notebooks yet"; exit 0; fi; \
@@ -65,8 +63,8 @@ nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a tes
 	  -p nbval_book_cache --book-cache _build/.jupyter_cache --nbval \
 	  --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
 	  --junitxml=_build/nbval-junit.xml \
-	  --durations=0 tests/test_assignments.py \
-	  $$(printf '%s\n' $(IPYNB) | sort -r)
+	  --durations=0 $$($(BIN)/python tools/chapter_times.py \
+	  --longest-first tests/test_assignments.py $(IPYNB))
 
 assignments: install  ## the graded exercises as nbgrader assignments (_build/classroom)
 	$(BIN)/python tools/assignments.py

@@ -130,7 +130,11 @@ def test_running_times_come_from_the_junit_report(tmp_path):
         '<testcase classname="tests.test_assignments" time="60"/>'
         "</testsuite></testsuites>"
     )
-    assert chapter_times.running_seconds(report) == {"01": 6, "07": 9}
+    assert chapter_times.running_seconds(report) == {
+        "01": 6,
+        "07": 9,
+        "assignments": 60,
+    }
 
 
 def test_a_deck_is_cut_from_the_executed_chapter(tmp_path):

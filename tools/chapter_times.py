@@ -11,7 +11,10 @@
 
 Run after ``make nbval``: ``.venv/bin/python tools/chapter_times.py``
 (``make chapter-times``). Chapters missing from the report keep their
-last measured running time.
+last measured running time. The nbgrader test's time is kept too, as
+``assignments``: ``--longest-first FILE...`` prints the chapters and that
+test longest first, the order in which ``make nbval`` hands them to its
+workers, so that the two finish close together.
 """
 
 import argparse
@@ -46,21 +49,45 @@ def reading_minutes(path: Path) -> int:
     return math.ceil(words / WORDS_PER_MINUTE + code / CODE_LINES_PER_MINUTE)
 
 
+def timing_key(where: str) -> str | None:
+    """"NN" for a chapter, "assignments" for the nbgrader test."""
+    if "test_assignments" in where:
+        return "assignments"
+    match = re.search(r"(?:^|[./])(\d\d)_\w+", where)
+    return match.group(1) if match else None
+
+
 def running_seconds(report: Path) -> dict[str, int]:
-    """{"NN": seconds} of every chapter in the JUnit report."""
+    """{"NN": seconds} of every chapter in the JUnit report, and
+    {"assignments": seconds} of the nbgrader test."""
     seconds = defaultdict(float)
     for case in ET.parse(report).getroot().iter("testcase"):
-        where = case.get("file") or case.get("classname") or ""
-        match = re.search(r"(\d\d)_\w+", where)
-        if match:
-            seconds[match.group(1)] += float(case.get("time", 0))
+        key = timing_key(case.get("file") or case.get("classname") or "")
+        if key:
+            seconds[key] += float(case.get("time", 0))
     return {key: round(value) for key, value in seconds.items()}
+
+
+def longest_first(paths: list[str]) -> list[str]:
+    """``paths`` by their last measured running time, longest first
+    (unmeasured ones last, in the given order)."""
+    timings = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
+
+    def seconds(path: str) -> int:
+        entry = timings.get(timing_key(Path(path).name) or "", {})
+        return entry.get("running_seconds", 0)
+
+    return sorted(paths, key=seconds, reverse=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--report", type=Path, default=REPORT)
+    parser.add_argument("--longest-first", nargs="+", metavar="FILE")
     args = parser.parse_args(argv)
+    if args.longest_first:
+        print("\n".join(longest_first(args.longest_first)))
+        return 0
     old = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
     ran = running_seconds(args.report) if args.report.is_file() else {}
     timings = {}
@@ -74,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         timings[key] = {"reading_minutes": reading_minutes(path),
                         "running_seconds": seconds}  # fmt: skip
+    if "assignments" in ran or "assignments" in old:
+        timings["assignments"] = {"running_seconds": ran.get(
+            "assignments", old.get("assignments", {}).get("running_seconds"))}
     TIMINGS.write_text(json.dumps(timings, indent=2) + "\n")
     for key, entry in timings.items():
-        print(f"chapter {key}: {entry['reading_minutes']} min to read, "
+        print(f"{key}: {entry.get('reading_minutes', '-')} min to read, "
               f"{entry['running_seconds']} s to run")  # fmt: skip
     return 0
 

@@ -1,7 +1,8 @@
 """Make a reveal.js slide deck for every chapter, from the chapter itself.
 
 No slide is written by hand: a deck is cut out of the executed chapter
-(``_build/jupyter_execute/NN_name.ipynb``, which ``make book`` writes):
+(``_build/html/_sources/NN_name.ipynb``, the download with outputs that
+``make book`` writes):
 
 * a title slide: the chapter's title and its objectives (the syllabus);
 * one slide per section (``## `` heading): the heading and the section's
@@ -31,7 +32,7 @@ from markdown_it import MarkdownIt
 from mdit_py_plugins.dollarmath import dollarmath_plugin
 
 ROOT = Path(__file__).resolve().parent.parent
-EXECUTED = ROOT / "_build" / "jupyter_execute"
+EXECUTED = ROOT / "_build" / "html" / "_sources"
 OUT = ROOT / "_build" / "html" / "slides"
 MAX_EQUATIONS = 3
 LEFT_OUT = ("Exercises", "Graded exercises")
@@ -189,8 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     for path in build(args.executed, args.out):
-        size = path.stat().st_size / 2**20
-        print(f"{path}: {size:.1f} MiB")
+        size = path.stat().st_size / 2**10
+        print(f"{path}: {size:.0f} KiB")
     return 0
 
 

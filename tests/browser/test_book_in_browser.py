@@ -433,6 +433,9 @@ def test_slides_start_and_step(visit, deck):
     total = page.evaluate("Reveal.getTotalSlides()")
     assert total >= 5, f"{deck}: {total} slides"
     assert page.locator("section.summary").count() == 1
+    figures = page.locator(".figure img, .figure svg").count()
+    if deck == DECKS[0]:  # chapter 1 draws three matplotlib figures
+        assert figures >= 3, f"{deck}: {figures} figures"
     page.evaluate("Reveal.slide(2)")
     math_left = still_wrong(page, MATH_PENDING)
     if deck == DECKS[0]:
