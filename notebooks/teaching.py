@@ -41,7 +41,6 @@ from pathlib import Path
 
 import jupytext
 import pandas as pd
-from IPython.display import Markdown
 
 from transformer_lite.classroom import syllabus
 
@@ -69,7 +68,7 @@ table = pd.DataFrame(
 )
 assert all(3 <= n <= 5 for n in table["objectives"])
 assert all(n >= 5 for n in table["graded exercises"])
-Markdown(table.to_markdown())
+table
 
 # %% [markdown]
 # ## Two plans
@@ -126,9 +125,18 @@ for days in (ONE_WEEK, TWO_WEEKS):  # every chapter, once, in order
     assert [n for _, numbers in days for n in numbers] == sorted(chapters)
 assert one["lecture (min)"].between(60, 135).all()  # as the text says
 assert one["lab (min)"].between(105, 255).all()
-Markdown("### One week: five days\n\n" + one.to_markdown()
-         + "\n\n### Two weeks: ten days\n\n"
-         + two.to_markdown())  # fmt: skip
+
+# %% [markdown]
+# ### One week: five days
+
+# %% tags=["remove-input"]
+one
+
+# %% [markdown]
+# ### Two weeks: ten days
+
+# %% tags=["remove-input"]
+two
 
 # %% [markdown]
 # The one-week plan is dense: its days hold one to two and a quarter
