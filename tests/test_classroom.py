@@ -148,7 +148,10 @@ def test_a_deck_is_cut_from_the_executed_chapter(tmp_path):
         v4.new_code_cell(
             "hidden()", outputs=[figure], metadata={"tags": ["remove-output"]}
         ),  # fmt: skip
-        v4.new_markdown_cell("## Summary\n\n- one *point*\n- two"),
+        v4.new_markdown_cell(
+            "Closing words.\n\n## Summary\n\n- one *point*"
+            "\n- two\n\n## Exercises\n\n1. Do $$z$$"
+        ),
         v4.new_markdown_cell("## Graded exercises\n\n$$y$$"),
     ]
     executed = tmp_path / "executed"
@@ -160,6 +163,7 @@ def test_a_deck_is_cut_from_the_executed_chapter(tmp_path):
     assert '<div class="math">\\[x^2_i\\]</div>' in page
     assert '<section class="summary"><h2>Summary</h2>' in page
     assert "<em>point</em>" in page and "\\[y\\]" not in page
+    assert "\\[z\\]" not in page and "Closing words" not in page
     assert "http" not in page.replace("http-equiv", "")
     data = json.dumps(page)
     assert "../_static/reveal/reveal.js" in data

@@ -73,23 +73,33 @@ def figures(cell) -> list[str]:
     return found
 
 
+def parts(cell) -> list:
+    """A markdown cell cut at every ``## `` heading inside it (a summary
+    and the exercises often share one cell); other cells whole."""
+    if cell.cell_type != "markdown":
+        return [cell]
+    chunks = re.split(r"(?m)^(?=## )", cell.source)
+    return [nbformat.v4.new_markdown_cell(c) for c in chunks if c.strip()]
+
+
 def sections(notebook) -> list[dict]:
     """The chapter cut at its ``## `` headings: for each, its title, its
     markdown text and its figures."""
     cut: list[dict] = []
-    for cell in notebook.cells:
-        tags = set(cell.metadata.get("tags", []))
+    for whole in notebook.cells:
+        tags = set(whole.metadata.get("tags", []))
         if "remove-cell" in tags:
             continue
-        head = heading(cell)
-        if head and head[0] == 2:
-            cut.append({"title": head[1], "text": [], "figures": []})
-        if not cut:
-            continue
-        if cell.cell_type == "markdown":
-            cut[-1]["text"].append(cell.source)
-        elif cell.cell_type == "code" and "remove-output" not in tags:
-            cut[-1]["figures"] += figures(cell)
+        for cell in parts(whole):
+            head = heading(cell)
+            if head and head[0] == 2:
+                cut.append({"title": head[1], "text": [], "figures": []})
+            if not cut:
+                continue
+            if cell.cell_type == "markdown":
+                cut[-1]["text"].append(cell.source)
+            elif cell.cell_type == "code" and "remove-output" not in tags:
+                cut[-1]["figures"] += figures(cell)
     return cut
 
 
