@@ -440,6 +440,7 @@ def test_slides_start_and_step(visit, deck):
     math_left = still_wrong(page, MATH_PENDING)
     if deck == DECKS[0]:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        page.wait_for_timeout(1500)  # the slide's transition ends
         page.screenshot(path=str(SCREENSHOTS / "slide-01-2.png"))
     page.evaluate("Reveal.slide(Reveal.getHorizontalSlides().length - 1)")
     assert page.evaluate("Reveal.isLastSlide()")
