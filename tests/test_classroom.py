@@ -167,3 +167,23 @@ def test_a_deck_is_cut_from_the_executed_chapter(tmp_path):
     assert "http" not in page.replace("http-equiv", "")
     data = json.dumps(page)
     assert "../_static/reveal/reveal.js" in data
+
+
+def test_longest_first_orders_by_the_measured_times():
+    timings = json.loads(chapter_times.TIMINGS.read_text())
+    paths = [
+        "notebooks/01_attention.ipynb",
+        "notebooks/99_unmeasured.ipynb",
+        "tests/test_assignments.py",
+        "notebooks/07_translation.ipynb",
+    ]
+    ordered = chapter_times.longest_first(paths)
+    seconds = [
+        timings.get(chapter_times.timing_key(Path(p).name) or "", {}).get(
+            "running_seconds", 0
+        )
+        for p in ordered
+    ]
+    assert seconds == sorted(seconds, reverse=True)
+    assert ordered[-1] == "notebooks/99_unmeasured.ipynb"
+    assert seconds[0] > timings["01"]["running_seconds"]
