@@ -73,15 +73,36 @@ chapter-times: install  ## the syllabus's running times, from the last make nbva
 	$(BIN)/python tools/chapter_times.py
 
 # Every chapter takes all of its seeds from BOOK_SEED (default 0, the book's).
-# The chapters that train or sample run again with other seeds, so that a
-# claim true of one random path only fails here. Add chapters as they land.
+# A trained model also depends on the kernels PyTorch picks for the CPU's
+# instruction set and on the thread count: each is another rounding, which
+# training turns into another model. The sweep runs the chapters that train,
+# sample or measure under every seed x kernel setting at one thread, and every
+# seed at the other thread counts on the native kernels (3 x 3 + 3 = 12 runs
+# a chapter), SWEEP_WORKERS cores at a time, and records the value of every
+# assert (tools/sweep_claims.py). The kernel settings (tools/seed_sweep.py):
+#   native    what this CPU picks by itself
+#   avx2      ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2
+#             ONEDNN_MAX_CPU_ISA=AVX2
+#   baseline  ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2
+#             ONEDNN_MAX_CPU_ISA=SSE41
+#   avx512    (on a CPU with AVX-512) ATEN_CPU_CAPABILITY=avx512 ...
+# A setting that is this CPU's own (avx2 on an AVX2 CPU) is the native one
+# and is not run twice. SWEEP_RECORD=notebooks/sweeps keeps each chapter's
+# table of claims (floor, worst value, spread) beside the chapters.
 SWEEP_CHAPTERS ?= 06 07 08 09 10 11 12
-SWEEP_SEEDS ?= 1 2
+SWEEP_SEEDS ?= 0 1 2
+SWEEP_KERNELS ?= native avx2 baseline
+SWEEP_THREADS ?= 1 2
+SWEEP_WORKERS ?= 2
+SWEEP_RECORD ?=
 SWEEP_IPYNB = $(patsubst %.py,%.ipynb,$(foreach n,$(SWEEP_CHAPTERS),\
   $(wildcard notebooks/$(n)_*.py)))
 
-seed-sweep: install $(SWEEP_IPYNB)  ## run the training chapters with BOOK_SEED=1 and 2 (nbval)
-	$(BIN)/python tools/seed_sweep.py --seeds "$(SWEEP_SEEDS)" $(SWEEP_IPYNB)
+seed-sweep: install $(SWEEP_IPYNB)  ## run the training chapters over seeds x CPU kernels x threads; every assert's spread
+	$(BIN)/python tools/seed_sweep.py --seeds "$(SWEEP_SEEDS)" \
+	  --kernels "$(SWEEP_KERNELS)" --threads "$(SWEEP_THREADS)" \
+	  --workers $(SWEEP_WORKERS) \
+	  $(if $(SWEEP_RECORD),--record $(SWEEP_RECORD)) $(SWEEP_IPYNB)
 
 # The book caches each executed chapter (jupyter-cache), keyed by the
 # chapter's own code. Its outputs also depend on the package: a change there

@@ -349,11 +349,13 @@ print(" ".join(tgt_tok.pieces(number_words(421, "en"))))
 print(tgt_tok.encode(number_words(421, "en")))
 
 # %% tags=["remove-cell"]
+# The pieces depend on the split, so on BOOK_SEED; these hold for 0-9.
 assert src_tok.pieces("einundzwanzig") == ["▁ein", "undzwanzig"]
-assert src_tok.pieces("vierhunderteinundzwanzig") == [
-    "▁vierhundert", "ein", "undzwanzig"]
+_pieces = src_tok.pieces("vierhunderteinundzwanzig")
+assert len(_pieces) == 3 and _pieces[-1] == "undzwanzig"
+assert _pieces[0].startswith("▁vier")
 assert src_tok.pieces("siebenundneunzig") == ["▁sieben", "undneunzig"]
-assert len(src_tok.pieces("zwölf")) >= 3
+assert len(src_tok.pieces("zwölf")) >= 2  # not a token of its own
 assert tgt_tok.pieces("four hundred and twenty-one") == [
     "▁four", "▁hundred", "▁and", "▁twenty", "-", "one"]
 for source, target in pairs["test"]:
@@ -366,8 +368,11 @@ for source, target in pairs["test"]:
 # *sieben*), and the tens together with the "and" that joins them to the
 # units (*undzwanzig*, *undneunzig*), sometimes with *tausend* attached.
 # Its pieces follow frequency, not grammar: *zwölf* (twelve) is rare in
-# this corpus (only numbers ending in 12 have it), so it is spelt in
-# bits. The English side needs no such help: with a
+# this corpus (only numbers ending in 12 have it), so it gets no token
+# of its own and is spelt in bits. The exact pieces depend on the
+# training split, so on the seed: for one of the seeds 0 to 9
+# (`BOOK_SEED=6`) BPE cuts *vier* + *hundertein* + *undzwanzig* instead.
+# The English side needs no such help: with a
 # vocabulary of about a hundred, every English number word is a single
 # token, and the hyphen and comma are tokens of their own. Every source
 # and target of the test set survives the round trip `decode(encode(x))`
@@ -385,7 +390,8 @@ for name, ids in (("source", src_ids), ("target", tgt_ids)):
           f"{max(lengths)} at most")
 
 # %% tags=["remove-cell"]
-assert max(map(len, src_ids)) <= 10 and max(map(len, tgt_ids)) <= 17
+# At most 10 or 11 source and 16 target tokens for BOOK_SEED 0-9.
+assert max(map(len, src_ids)) <= 12 and max(map(len, tgt_ids)) <= 17
 assert sum(map(len, tgt_ids)) > 1.5 * sum(map(len, src_ids))
 
 # %% [markdown]

@@ -59,6 +59,7 @@ import altair as alt
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+import torch._inductor.exc
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
@@ -1298,7 +1299,10 @@ if device.type == "cpu":
 # are checked where the batches are built, on the CPU, and
 # `model.check_ids = True` turns a value check back on for debugging. So
 # `fullgraph=True`, which refuses any such cut, takes the whole model,
-# and the compiled model computes what the eager one does:
+# and the compiled model computes what the eager one does. (Inductor
+# builds its kernels with the machine's C++ compiler, for the vector
+# units it finds; where that build fails, the cell below says why and
+# the chapter goes on without it.)
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1308,23 +1312,41 @@ eager = make_model(V_c, V_c, n_layers=2, d_model=64, d_ff=128, n_heads=4,
                    dropout=0.0).to(device).eval()
 src = torch.randint(1, V_c, (16, 32), device=device)  # (B, S)
 tgt = torch.randint(1, V_c, (16, 32), device=device)  # (B, T)
+# A graph break is a bug of ours and stops the chapter; a C++ build that
+# fails on this machine's compiler or CPU is reported, and we go on.
+BACKEND_FAILURES = (torch._dynamo.exc.BackendCompilerFailed,
+                    torch._inductor.exc.InductorError)
 torch._dynamo.reset()
 compiled = torch.compile(eager, fullgraph=True)
 with torch.no_grad():
-    start = time.perf_counter()
-    compiled_logits = compiled(src, tgt)  # the first call compiles
-    compile_seconds = time.perf_counter() - start
     eager_logits = eager(src, tgt)  # (B, T, V)
     eager_ms = 1e3 * seconds(lambda: eager(src, tgt), repeats=5)
-    compiled_ms = 1e3 * seconds(lambda: compiled(src, tgt), repeats=5)
-compile_gap = (compiled_logits - eager_logits).abs().max().item()
-print(f"compiled in {compile_seconds:.1f} s; largest difference from "
-      f"eager: {compile_gap:.1e}")
-print(f"forward pass: eager {eager_ms:.2f} ms, compiled {compiled_ms:.2f} "
-      f"ms")
+    start = time.perf_counter()
+    try:
+        compiled_logits = compiled(src, tgt)  # the first call compiles
+    except BACKEND_FAILURES as error:  # not a graph break: the C++ build
+        compiled_logits, compile_failure = None, error
+    else:
+        compile_failure = None
+    compile_seconds = time.perf_counter() - start
+if compile_failure is None:
+    with torch.no_grad():
+        compiled_ms = 1e3 * seconds(lambda: compiled(src, tgt), repeats=5)
+    compile_gap = ((compiled_logits - eager_logits).abs().max()
+                   / eager_logits.abs().max()).item()
+    print(f"compiled in {compile_seconds:.1f} s; largest difference from "
+          f"eager: {compile_gap:.1e} of the largest logit")
+    print(f"forward pass: eager {eager_ms:.2f} ms, compiled "
+          f"{compiled_ms:.2f} ms")
+else:
+    reason = str(compile_failure).strip().splitlines()[0][:200]
+    print("inductor could not build its kernels on this machine "
+          f"({type(compile_failure).__name__}: {reason}); the rest of "
+          "the chapter does not need them")
 
 # %% tags=["remove-cell"]
-assert compile_gap < 1e-4  # the same function, summed in another order
+if compile_failure is None:  # the same function, summed in another order
+    assert compile_gap < 1e-5, compile_gap
 
 # %% [markdown]
 # What it buys depends on where it runs, and the benchmark measures it

@@ -834,18 +834,19 @@ for k in range(N_SEEDS):
 # different rounding, and a model at the edge of learning the task in
 # time goes one way or the other. A claim that survives five models
 # survives this too; one that needs a single run to land exactly does
-# not. The
-# order among the relative schemes is a matter of seed and of this
-# task, and we do not assert it. In our runs Shaw's clipped keys were
-# the most robust at $4L$: offsets beyond 16 all look like 16, which
-# training did reach, so a long sequence shows it nothing new. RoPE was
-# perfect at $2L$ but lost about half at $4L$: offsets up to 33 turn
-# queries and keys by angles never seen in training, and far keys that
-# were harmless before start to win attention. ALiBi's symmetric
-# penalty cannot tell left from right by itself; its accuracy dips
-# already at $L$ and sinks slowly with length. T5 held at $2L$ but fell
-# at $4L$ to about the level of the absolute schemes, and it varied most
-# from seed to seed. Its weakness is the learned table's: the buckets of
+# not. The order among the relative schemes is a matter of seed and of
+# this task, and we do not assert it; what follows are the tendencies of
+# our runs, with the explanations we believe but have not measured.
+# Shaw's clipped keys were the most robust at $4L$, as one would expect:
+# offsets beyond 16 all look like 16, which training did reach, so a long
+# sequence shows it nothing new. RoPE was near perfect at $2L$ but lost
+# much at $4L$; offsets up to 33 turn queries and keys by angles never
+# seen in training, and far keys that were harmless before may then draw
+# attention away. ALiBi's symmetric penalty cannot tell left from right
+# by itself, which is a plausible reason why it was the least sure of the
+# relative schemes at $L$ in some runs. T5 held at $2L$ but fell at $4L$
+# to about the level of the absolute schemes, and it varied most from
+# seed to seed. Its weakness is the learned table's: the buckets of
 # offsets that no training sequence reached never received a gradient.
 # Training sources hold at most $L + 2 = 10$ tokens, so offsets up to 9:
 # buckets 0 to 8 for keys before the query, 17 to 24 for keys after it
@@ -911,9 +912,8 @@ for p in ("shaw", "alibi", "rope"):
 # sequences this long they also err more often before it, as if the many
 # untrained positions further on disturbed the whole sequence. The
 # relative schemes have no cliff at $L$: where they err, the errors are
-# spread along the sequence (RoPE's more at the ends, T5's everywhere).
-# ALiBi is best near either end, where BOS or EOS is close enough to
-# tell left from right.
+# spread along the sequence; where exactly differs from scheme to
+# scheme and from seed to seed, and we do not assert it.
 #
 # A caution about scope. This is one small task with one small model,
 # trained briefly; the order of the relative schemes changes with the

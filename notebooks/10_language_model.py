@@ -56,6 +56,7 @@ import math
 import platform
 import textwrap
 import time
+from collections import Counter
 from unittest import mock
 
 import matplotlib.pyplot as plt
@@ -87,6 +88,7 @@ from transformer_lite.tasks.text_corpus import (
     pydoc_topics,
     repeated_segments,
     segment_batches,
+    shared_spans,
     streams,
 )
 from transformer_lite.tasks.tokenizer import SubwordTokenizer
@@ -214,11 +216,21 @@ print(f"{len(topics)} topics, {n_chars:,} characters; for example:")
 print(textwrap.indent(topics["if"][:400], "    "))
 
 # %% [markdown]
-# The last tenth of every topic is held out, so both parts sample every
-# subject and no held-out sentence is trained on. The text is cut into
-# tokens by [chapter 7](07_translation)'s byte-pair encoding, trained on
-# the training text with 512 tokens: common words become one token, rare
-# ones a few pieces, and decoding gives back the text exactly.
+# A held-out text must be text the model has not read. The help topics
+# repeat each other: the section on compound statements is printed under
+# `if`, `while` and `for` alike, and a sentence of boilerplate under
+# many topics. Holding out the last tenth of every topic as it stands
+# would leave about 30% of the held-out characters, in stretches of 60
+# or more, word for word in the training text, and the held-out
+# perplexity would partly measure memory. So `corpus_splits` first cuts
+# the topics into paragraphs and keeps each paragraph once, where it
+# first occurs; then it holds out the last tenth of every topic's
+# paragraphs, and drops a held-out paragraph that still shares a
+# stretch of 60 characters with the training text. The text is cut
+# into tokens by [chapter 7](07_translation)'s byte-pair encoding,
+# trained on the training text with 512 tokens: common words become one
+# token, rare ones a few pieces, and decoding gives back the text
+# exactly.
 
 # %%
 train_text, held_text = corpus_splits(held_out=0.1)
@@ -237,11 +249,16 @@ sentence = "A class definition is an executable statement."
 print(f"V = {V}; {len(train_ids):,} training and {len(held_ids):,} "
       f"held-out tokens, {chars_per_token:.2f} characters per token")
 print(tokenizer.pieces(sentence))
+print(f"held-out stretches of 60 characters found in the training text: "
+      f"{shared_spans(held_text, train_text, 60)}")
 
 # %% tags=["remove-cell"]
 assert tokenizer.decode([1, *encode(held_text[:2000]).tolist()]) == (
     held_text[:2000])
-assert 0.09 < len(held_text) / n_chars < 0.11
+assert shared_spans(held_text, train_text, 60) == 0
+_kept = len(train_text) + len(held_text)
+assert 0.75 < _kept / n_chars < 0.9  # the repeats dropped
+assert 0.07 < len(held_text) / _kept < 0.1
 
 # %% [markdown]
 # Training reads the text as B parallel **streams**: the token sequence
@@ -305,17 +322,25 @@ assert 0.5 * V < untrained_ppl < 3 * V, untrained_ppl
 # $5 \times 10^{-3}$, reached after a linear warm-up of 40 steps and then
 # decayed along a half cosine to zero at the last step; gradients
 # clipped to norm 1; 400 steps of B = 64 segments of T = 16 tokens, about
-# 410,000 tokens, a little less than two passes over the training text.
-# There is no dropout: two passes over the data leave little to
-# overfit. The loop is short enough to show whole. It takes an optional
-# segment `memory`, used in the last section; without one it is a plain
-# language-model loop.
+# 410,000 tokens, between two and three passes over the training text
+# (the count printed below depends on the Python version, whose help
+# text differs). There is no dropout: so few passes over the data leave
+# little to overfit. The loop is short enough to show whole. It takes an
+# optional segment `memory`, used in the last section; without one it is
+# a plain language-model loop.
 
 # %%
 STEPS, PEAK_LR, WARMUP = 400, 5e-3, 40
 EVAL_EVERY = 50
+passes = STEPS * B * T / len(train_ids)
+print(f"{STEPS * B * T:,} training tokens: {passes:.2f} passes over the "
+      "training text")
+
+# %% tags=["remove-cell"]
+assert 2 < passes < 3, passes  # as the text says
 
 
+# %%
 def train(model, *, mem_len: int = 0, evaluate: bool = False) -> dict:
     """Train on the segments of the training streams; returns the loss
     of every step and, with ``evaluate``, the held-out perplexity every
@@ -528,6 +553,49 @@ for tau, value in likelihood.items():
 # %% tags=["remove-cell"]
 assert likelihood[0.5] > likelihood[1.0] > likelihood[1.5]
 
+# %% [markdown]
+# The rest of that description can be counted as well. For 32 samples
+# of each setting, two shares of their words (the text between spaces):
+# *distinct pairs*, the share of adjacent word pairs that occur only
+# once among all 32 samples, high when the text does not repeat itself
+# and low when it loops; and *unseen words*, the share of words that
+# never occur in the training text, high when words fall apart.
+
+# %%
+training_words = set(train_text.split())
+
+
+def word_shares(options: dict, seed: int) -> tuple[float, float]:
+    """Distinct word pairs and unseen words of 32 samples."""
+    g = torch.Generator().manual_seed(seed)
+    out = generate(model, prompt.repeat(32, 1), SAMPLE_TOKENS, generator=g,
+                   **options)  # (32, L + SAMPLE_TOKENS)
+    texts = [tokenizer.decode([1, *row[prompt.size(1):].tolist()])
+             for row in out]
+    words = [text.split() for text in texts]
+    pairs = [tuple(w[i:i + 2]) for w in words for i in range(len(w) - 1)]
+    counts = Counter(pairs)
+    distinct = sum(counts[pair] == 1 for pair in pairs) / len(pairs)
+    unseen = (sum(word not in training_words for w in words for word in w)
+              / sum(map(len, words)))
+    return distinct, unseen
+
+
+shares = pd.DataFrame(
+    [word_shares(options, SEED + 50 + i)
+     for i, options in enumerate(settings.values())],
+    index=list(settings), columns=["distinct pairs", "unseen words"])
+shares.round(3)
+
+# %% tags=["remove-cell"]
+_distinct, _unseen = shares["distinct pairs"], shares["unseen words"]
+assert _distinct["greedy (τ = 0)"] < 0.5 * _distinct["τ = 1.0"]
+assert _unseen["τ = 1.5"] > _unseen["τ = 1.0"] + 0.05
+assert _unseen["top-k, k = 10"] < _unseen["τ = 1.5"] - 0.05
+assert _unseen["top-p, p = 0.9"] < _unseen["τ = 1.5"] - 0.05
+assert _distinct["top-k, k = 10"] > 0.8 * _distinct["τ = 1.0"]
+assert _distinct["top-p, p = 0.9"] > 0.8 * _distinct["τ = 1.0"]
+
 
 # %% [markdown]
 # The filters are not just a promise of the docstring. Every token of
@@ -567,17 +635,34 @@ assert (rank_of_choices(samples["greedy (τ = 0)"]) == 0).all()
 # Same tokens, less work:
 
 # %%
+def positions_read(run) -> tuple[torch.Tensor, int]:
+    """What ``run()`` returns, and how many token positions the model
+    embedded (a measure of its work) while doing it."""
+    count = [0]
+
+    def tally(module, args, output) -> None:
+        count[0] += args[0].numel()
+
+    hook = model.embed.register_forward_hook(tally)
+    try:
+        return run(), count[0]
+    finally:
+        hook.remove()
+
+
 g1, g2 = (torch.Generator().manual_seed(SEED + 30) for _ in range(2))
 batch_prompt = prompt.repeat(4, 1)  # (B, L)
 start = time.perf_counter()
-recomputed = generate(model, batch_prompt, 120, generator=g1,
-                      use_cache=False)
+recomputed, recomputed_work = positions_read(lambda: generate(
+    model, batch_prompt, 120, generator=g1, use_cache=False))
 recompute_s = time.perf_counter() - start
 start = time.perf_counter()
-cached = generate(model, batch_prompt, 120, generator=g2, use_cache=True)
+cached, cached_work = positions_read(lambda: generate(
+    model, batch_prompt, 120, generator=g2, use_cache=True))
 cached_s = time.perf_counter() - start
 same_tokens = torch.equal(recomputed, cached)
-print(f"same tokens: {same_tokens}")
+print(f"same tokens: {same_tokens}; positions the model read: "
+      f"{recomputed_work:,} recomputing, {cached_work:,} with the cache")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -586,6 +671,9 @@ print(f"4 x 120 tokens: recomputed {recompute_s:.2f} s, cached "
 
 # %% tags=["remove-cell"]
 assert same_tokens
+_L = prompt.size(1)
+assert cached_work == 4 * (_L + 119)  # the prompt, then one a step
+assert recomputed_work == 4 * sum(range(_L, _L + 120))
 
 # %% [markdown]
 # `make bench` measures the same comparison for 256 new tokens at the

@@ -375,8 +375,8 @@ assert abs(compiled_row["exact match (%)"] - eager["exact match (%)"]) < 1
 int8_row = table.loc["int8 (torchao)"]
 assert int8_row["size (KB)"] < 0.45 * eager["size (KB)"], table
 assert int8_row["exact match (%)"] > eager["exact match (%)"] - 10, table
-assert abs(table.loc["ONNX Runtime", "size (KB)"]
-           - eager["size (KB)"]) < 0.2 * eager["size (KB)"], table
+_onnx_size = table.loc["ONNX Runtime", "size (KB)"]
+assert eager["size (KB)"] < _onnx_size < 1.2 * eager["size (KB)"], table
 
 # %% [markdown]
 # What the table says, on this machine (the numbers move from run to
@@ -388,20 +388,26 @@ assert abs(table.loc["ONNX Runtime", "size (KB)"]
 #   change a near-tie in the beam; its accuracy stays within a point.
 #   They differ in time. A small model decoded one token at a time
 #   spends much of each step in per-operator overhead (Python, dispatch,
-#   small allocations), which a graph runtime and fused kernels remove.
-# - The ONNX files are a little larger than the PyTorch checkpoint:
+#   small allocations), which a graph runtime and fused kernels are
+#   built to remove. The time columns are this run's, on this machine
+#   under its present load, and no check asserts them: a timing is a
+#   benchmark's to measure, side by side in one run (`make bench`), not
+#   a test's.
+# - The ONNX files are a little larger than the PyTorch checkpoint (by
+#   less than a fifth):
 #   the encoder's and the step's each carry the positional table they
 #   use, and the format has its own overhead.
 # - **int8** stores the linear layers in a quarter of the bytes; the
 #   file shrinks about 3 times, not 4, because embeddings, LayerNorms
 #   and biases stay float32. Accuracy barely moves (the check above
-#   allows ten points; in the book's runs it stayed within one). On this
-#   CPU, torchao's int8 path in eager mode is *slower*: quantising each
-#   input and the integer kernel's overhead cost more than the saved
-#   memory traffic on matrices this small. int8 pays where weights dominate
-#   the time: large models, memory-bound devices, or compiled kernels.
-# - Compilation is not free: the warm-up above is the price of the
-#   compiled row's speed, paid once per process.
+#   allows ten points; the sweep's runs are in the note below). On the
+#   2-core CPUs we ran it on, torchao's int8 path in eager mode was
+#   *slower*: quantising each input and the integer kernel's overhead
+#   can cost more than the saved memory traffic on matrices this small.
+#   int8 pays where weights dominate the time: large models,
+#   memory-bound devices, or compiled kernels.
+# - Compilation is not free: the warm-up above is paid once per
+#   process, before the compiled row's first sentence.
 #
 # ### Where TensorRT fits
 #
@@ -470,11 +476,17 @@ memory.round(2)
 assert 60e6 < base.n_parameters() < 66e6  # the paper: 65 M
 assert 200e6 < big.n_parameters() < 220e6  # the paper: 213 M
 assert memory.loc["big", "total"] > 3 * memory.loc["base", "total"] / 2
+_states = memory[["parameters", "gradients", "Adam"]].sum(axis=1)
+assert (_states < 4).all()  # GiB: "well under 4 GB"
+assert (memory["activations"] > 5 * _states).all()  # "several times"
+assert 16 < memory.loc["base", "activations"] / _states["base"] < 18.5
+assert 9.5 < memory.loc["big", "activations"] / _states["big"] < 11
 
 # %% [markdown]
 # For the paper's models (65 M and 213 M parameters) the parameters,
 # gradients and Adam states take well under 4 GB; the activations of a
-# batch of 25,000 tokens take several times more, which is why the paper
+# batch of 25,000 tokens take several times more (the table: about 17
+# times as much for base, 10 for big), which is why the paper
 # spread each batch over 8 GPUs (data parallelism, chapter 8). A model
 # a hundred times larger does not fit even with a batch of one
 # sentence, and then the model itself must be split. Four ways, in one

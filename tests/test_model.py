@@ -168,3 +168,16 @@ def test_config_counts_parameters_without_building(fields):
     sizes = dict(n_layers=2, d_model=8, d_ff=16, n_heads=2) | fields
     config = TransformerConfig(13, 13, **sizes)
     assert config.n_parameters() == Transformer(config).count_parameters()
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.uint8, torch.int8, torch.int16, torch.bool]
+)
+def test_token_dtypes_the_embedding_cannot_take_are_refused(dtype):
+    # Before: uint8, int8 and int16 passed the check and then failed in
+    # nn.Embedding with a RuntimeError.
+    model = small_model()
+    src = torch.randint(1, 11, (2, 5))
+    with pytest.raises(ValueError, match=f"got dtype {dtype}"):
+        model(src.to(dtype), src)
+    model(src.to(torch.int32), src)  # int32 is what the embedding takes

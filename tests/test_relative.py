@@ -269,3 +269,29 @@ def test_fully_masked_rows_stay_nan_free_with_every_bias(name, dtype, device):
         chunked_attention(q, k, v, nothing, 4, bias=bias),
     ):
         assert torch.equal(out, torch.zeros_like(out))
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (dict(n_buckets=32, max_distance=8), "max_distance must exceed"),
+        (dict(n_buckets=32, max_distance=4), "max_distance must exceed"),
+        (dict(n_buckets=2, max_distance=8), "n_buckets must be"),
+        (dict(n_buckets=32.0, max_distance=128), "n_buckets must be"),
+        (dict(n_buckets=32, max_distance=True), "max_distance must be"),
+    ],
+)
+def test_t5_buckets_refuse_a_table_that_would_give_nan_ids(options, message):
+    # Before: max_distance <= n_buckets / 2 (bidirectional) gave ids of
+    # about -9.2e18, a NaN cast to int.
+    offsets = torch.arange(-50, 51)
+    with pytest.raises(ValueError, match=message):
+        t5_bucket(offsets, bidirectional=True, **options)
+
+
+def test_t5_buckets_want_integer_offsets():
+    with pytest.raises(ValueError, match="integer offsets"):
+        t5_bucket(torch.zeros(3), bidirectional=False)
+    got = t5_bucket(torch.arange(-40, 1), bidirectional=False, n_buckets=32,
+                    max_distance=17)  # fmt: skip
+    assert int(got.min()) >= 0 and int(got.max()) <= 31

@@ -156,3 +156,14 @@ def test_train_prints_the_slice_table(tmp_path, capsys):
     assert "exact match by family" in out
     for name in ("0-999", "round k x 10^n", "3+ zeros", HELD_OUT):
         assert name in out
+
+
+def test_a_slice_size_that_would_run_for_hours_is_refused():
+    # Before: 10**8 was accepted and made train draw 50 x size numbers
+    # per family after training.
+    with pytest.raises(ValueError, match="size must be an int in"):
+        number_slices({"train": [1], "test": [2]}, size=10**8)
+    with pytest.raises(ValueError, match="slice_size must be an int in"):
+        TranslateConfig(slice_size=10**8)
+    with pytest.raises(ValueError, match="slice_size must be"):
+        TranslateConfig(slice_size=True)

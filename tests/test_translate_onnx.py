@@ -12,6 +12,7 @@ from transformer_lite.shipping.export import onnx_paths
 from transformer_lite.shipping.runtime import (
     CompiledTransformer,
     OnnxTransformer,
+    onnx_session,
 )
 from transformer_lite.tasks.translate import main
 from transformer_lite.tasks.translator import Translator
@@ -86,6 +87,15 @@ def test_missing_files_are_explained(tmp_path, tiny_translator):
     config = tiny_translator.translator.model.config
     with pytest.raises(ValueError, match="export the model first"):
         OnnxTransformer(tmp_path, config)
+
+
+@pytest.mark.parametrize("threads", [True, -1, 0, 1.5])
+def test_a_session_wants_a_positive_count_of_threads(shipped, threads):
+    # Before: True and -1 were accepted.
+    directory, _ = shipped
+    path = onnx_paths(directory, "de-en")["encoder"]
+    with pytest.raises(ValueError, match="threads must be a positive int"):
+        onnx_session(path, threads=threads)
 
 
 def test_the_cli_exports_and_translates_with_onnx(

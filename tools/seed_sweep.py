@@ -1,133 +1,387 @@
-"""Run chapters under nbval with other book seeds; print a table.
+"""Run chapters over seeds, CPU kernels and thread counts; measure claims.
 
-``make seed-sweep`` runs every chapter that trains or samples with
-``BOOK_SEED=1`` and ``BOOK_SEED=2`` (each chapter derives all of its
-seeds from that one value). A claim that holds only for the seed the
-book is built with fails here. Usage::
+A trained model depends on the seed, on the kernels PyTorch's CPU code
+picks for the instruction set (ATen's dispatch, MKL, oneDNN) and on the
+number of threads that split each sum: each is another rounding, and
+training amplifies a rounding into another model. ``make seed-sweep``
+runs every chapter that trains, samples or measures under a grid of
+settings and records the values of every assert in it
+(``tools/sweep_claims.py``), so that each floor can be set from the worst
+run with a stated margin. Usage::
 
-    python tools/seed_sweep.py --seeds '1 2' notebooks/06_training.ipynb ...
+    python tools/seed_sweep.py --seeds '0 1 2' --kernels 'native avx2 \
+        baseline' --threads '1 2' notebooks/06_training.ipynb ...
 
-Prints a markdown table, chapter x seed -> passed / failed cells, then
-the first line of each failure, and exits non-zero if any cell failed.
+The grid is every seed under every kernel setting at one thread, plus
+every seed at each other thread count on the native kernels (3 x 3 + 3
+x 1 = 12 runs a chapter by default). Jobs run ``--workers`` at a time, a
+two-thread job taking two workers' cores.
+
+Writes one JSON file per run under ``--out`` (default _build/sweep) and,
+with ``--record DIR``, a table per chapter to DIR/NN.json; prints a
+chapter x setting table, then per assert the floor, the worst value, the
+spread and the margin, and exits non-zero if any run failed a claim or
+raised.
 """
 
 import argparse
+import json
 import os
-import re
 import subprocess
 import sys
-import tempfile
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
+TOOLS = Path(__file__).resolve().parent
+
+# Each setting is another machine: the environment variables that make
+# this CPU pick the kernels another CPU would.
+KERNELS = {
+    "native": {},  # what this CPU picks by itself
+    "avx2": {
+        "ATEN_CPU_CAPABILITY": "avx2",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+        "ONEDNN_MAX_CPU_ISA": "AVX2",
+    },
+    "baseline": {
+        "ATEN_CPU_CAPABILITY": "default",
+        "MKL_ENABLE_INSTRUCTIONS": "SSE4_2",
+        "ONEDNN_MAX_CPU_ISA": "SSE41",
+    },
+    "avx512": {  # only on a CPU that has AVX-512
+        "ATEN_CPU_CAPABILITY": "avx512",
+        "MKL_ENABLE_INSTRUCTIONS": "AVX512",
+        "ONEDNN_MAX_CPU_ISA": "AVX512_CORE",
+    },
+}
 SHOWN = 5  # failures listed per run: the first is usually the cause
 
-# Colour codes in tracebacks; junitxml writes the escape as "#x1B".
-ANSI = re.compile(r"(\x1b|#x1B)\[[0-9;]*m")
-FAILING = re.compile(r"---->\s*(\d+)\s*(.*)")  # IPython's failing line
 
-# The flags of `make nbval`, less the book's execution cache.
-NBVAL = [
-    "-m",
-    "pytest",
-    "-q",
-    "-p",
-    "no:cacheprovider",
-    "--nbval",
-    "--nbval-current-env",
-    "--nbval-sanitize-with",
-    "notebooks/sanitize.cfg",
-]
+def setting_name(seed: int, kernels: str, threads: int) -> str:
+    return f"s{seed}-{kernels}-t{threads}"
 
 
-def run(notebook: Path, seed: int) -> dict:
-    """One chapter under nbval with BOOK_SEED=seed: counts and failures."""
-    with tempfile.TemporaryDirectory() as tmp:
-        report = Path(tmp) / "report.xml"
-        env = {**os.environ, "BOOK_SEED": str(seed)}
-        start = time.perf_counter()
-        done = subprocess.run(
-            [sys.executable, *NBVAL, f"--junitxml={report}", str(notebook)],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        seconds = time.perf_counter() - start
-        if not report.exists():  # pytest itself failed
-            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-            return {
-                "passed": 0,
-                "failed": 1,
-                "seconds": seconds,
-                "failures": ["pytest: " + " | ".join(tail)],
+def execute(notebook: Path, out: Path) -> int:
+    """Run one chapter (in this process's environment), asserts recorded."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    setup = (
+        f"import sys; sys.path.insert(0, {str(TOOLS)!r})\n"
+        f"import sweep_claims; sweep_claims.install({str(out)!r})"
+    )
+    nb.cells.insert(0, nbformat.v4.new_code_cell(setup))
+    nb.cells.append(nbformat.v4.new_code_cell("sweep_claims.finish()"))
+    client = NotebookClient(
+        nb,
+        timeout=1800,
+        kernel_name="python3",
+        allow_errors=True,
+        resources={"metadata": {"path": str(notebook.parent)}},
+    )
+    start = time.perf_counter()
+    client.execute()
+    seconds = time.perf_counter() - start
+    errors = []
+    for index, cell in enumerate(nb.cells[1:-1]):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "error":
+                errors.append(
+                    {
+                        "cell": index,
+                        "error": f"{output['ename']}: {output['evalue']}",
+                        "source": cell.source.splitlines()[:1],
+                    }
+                )
+    run = json.loads(out.read_text()) if out.exists() else {"claims": []}
+    run.update(seconds=seconds, errors=errors)
+    out.write_text(json.dumps(run, indent=1))
+    return 0
+
+
+def native_capability() -> str:
+    """The name in KERNELS of what ATen picks here by itself."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability().lower()
+
+
+def plan(seeds, kernels, threads) -> list[tuple[int, str, int]]:
+    """Every seed x kernel setting at one thread; other thread counts on
+    the native kernels only."""
+    grid = [(s, k, 1) for s in seeds for k in kernels]
+    grid += [(s, "native", t) for s in seeds for t in threads if t != 1]
+    return grid
+
+
+def run_all(notebooks, grid, workers: int, out: Path) -> dict:
+    """Run every (chapter, setting) job, ``workers`` cores at a time."""
+    jobs = [(nb, setting) for setting in grid for nb in notebooks]
+    # Two-thread jobs last, so that the one-thread ones pair up.
+    jobs.sort(key=lambda job: job[1][2])
+    running: list[tuple] = []
+    results = {}
+    free = workers
+    while jobs or running:
+        while jobs and min(jobs[0][1][2], workers) <= free:
+            notebook, (seed, kernels, threads) = jobs.pop(0)
+            name = setting_name(seed, kernels, threads)
+            path = out / notebook.stem / f"{name}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.unlink(missing_ok=True)
+            env = {
+                **os.environ,
+                **KERNELS[kernels],
+                "BOOK_SEED": str(seed),
+                "OMP_NUM_THREADS": str(threads),
+                "MKL_NUM_THREADS": str(threads),
             }
-        cases = ET.parse(report).getroot().iter("testcase")
-        passed, failures = 0, []
-        for case in cases:
-            bad = case.find("failure")
-            if bad is None:
-                bad = case.find("error")
-            if bad is None:
-                passed += case.find("skipped") is None
+            log = open(path.with_suffix(".log"), "w")  # noqa: SIM115
+            process = subprocess.Popen(
+                [sys.executable, __file__, "--one", str(notebook)]
+                + ["--one-out", str(path)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+            cores = min(threads, workers)
+            free -= cores
+            running.append((process, log, notebook, name, path, cores))
+            print(f"started {notebook.stem} {name}", flush=True)
+        time.sleep(1)
+        for job in list(running):
+            process, log, notebook, name, path, cores = job
+            if process.poll() is None:
                 continue
-            text = ANSI.sub("", bad.text or bad.get("message") or "")
-            lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-            errors = [ln for ln in lines if "Error" in ln] or lines or [""]
-            failing = [FAILING.match(ln) for ln in lines]
-            failing = [m for m in failing if m]
-            where = ""
-            if failing:
-                number, code = failing[-1].groups()
-                where = f" (cell line {number}: {code})"
-            failures.append(f"{case.get('name')}: {errors[-1]}{where}")
-    return {
-        "passed": passed,
-        "failed": len(failures),
-        "seconds": seconds,
-        "failures": failures,
-    }
+            running.remove(job)
+            log.close()
+            free += cores
+            results[notebook.stem, name] = result = load(path)
+            print(
+                f"finished {notebook.stem} {name}: {summary(result)}",
+                flush=True,
+            )
+    return results
+
+
+def load(path: Path) -> dict:
+    if not path.exists():
+        log = path.with_suffix(".log")
+        tail = (
+            log.read_text().strip().splitlines()[-3:] if log.exists() else []
+        )
+        return {
+            "claims": [],
+            "errors": [{"cell": -1, "error": " | ".join(tail)}],
+            "seconds": 0.0,
+            "info": {},
+        }
+    return json.loads(path.read_text())
+
+
+def failures(result: dict) -> list[str]:
+    bad = [f"cell {e['cell']}: {e['error'][:200]}" for e in result["errors"]]
+    bad += [
+        f"assert {c['text'][:150]}  {values_text(c)}"
+        for c in result["claims"]
+        if not c["passed"]
+    ]
+    return bad
+
+
+def values_text(claim: dict) -> str:
+    values = [f"{v:.6g}" if v is not None else "?" for v in claim["values"]]
+    return "(" + ", ".join(values) + ")" if values else ""
+
+
+def summary(result: dict) -> str:
+    claims = result["claims"]
+    held = sum(c["passed"] for c in claims)
+    return (
+        f"{held}/{len(claims)} claims held, {len(result['errors'])} errors,"
+        f" {result.get('seconds', 0):.0f} s"
+        f" ({result.get('info', {}).get('cpu_capability', '?')})"
+    )
+
+
+def margin_of(claim: dict) -> float | None:
+    """How far a comparison is from failing (negative: it failed)."""
+    values, ops = claim["values"], claim["ops"]
+    if not ops or any(v is None for v in values):
+        return None
+    margins = []
+    for left, op, right in zip(values, ops, values[1:], strict=False):
+        if op in ("<", "<="):
+            margins.append(right - left)
+        elif op in (">", ">="):
+            margins.append(left - right)
+        else:
+            return None
+    return min(margins)
+
+
+def claim_table(stem: str, results: dict) -> list[dict]:
+    """Per assert of one chapter: the floor, worst value, spread, margin."""
+    runs = {name: r for (s, name), r in results.items() if s == stem}
+    rows: dict[tuple, dict] = {}
+    for name, result in runs.items():
+        for claim in result["claims"]:
+            key = (claim["cell"], claim["text"], claim["n"])
+            row = rows.setdefault(
+                key,
+                {
+                    "cell": claim["cell"],
+                    "assert": claim["text"],
+                    "n": claim["n"],
+                    "ops": claim["ops"],
+                    "values": {},
+                    "held": {},
+                },
+            )
+            row["values"][name] = claim["values"]
+            row["held"][name] = claim["passed"]
+    table = []
+    for row in rows.values():
+        margins = [
+            margin_of({"values": v, "ops": row["ops"]})
+            for v in row["values"].values()
+        ]
+        numeric = [m for m in margins if m is not None]
+        row["runs"] = len(row["held"])
+        row["failed_in"] = sorted(n for n, ok in row["held"].items() if not ok)
+        if numeric and len(numeric) == len(margins):
+            columns = list(zip(*row["values"].values(), strict=False))
+            varying = [c for c in columns if max(c) > min(c)]
+            spread = max((max(c) - min(c) for c in varying), default=0.0)
+            worst = min(margins)
+            row["worst_margin"] = worst
+            row["spread"] = spread
+            row["ranges"] = [[min(c), max(c)] for c in columns]
+            # A floor must sit a third of the spread below the worst run;
+            # with less room than twice the spread, seeds 3-4 are owed too.
+            row["tight"] = spread > 0 and worst < spread / 3
+            row["needs_more_seeds"] = spread > 0 and worst < 2 * spread
+        table.append(row)
+    table.sort(key=lambda r: (r["cell"], r["n"]))
+    return table
+
+
+def report(notebooks, grid, results: dict, record: Path | None) -> int:
+    names = [setting_name(*s) for s in grid]
+    print("\n| chapter | " + " | ".join(names) + " |")
+    print("|---" * (len(names) + 1) + "|")
+    for nb in notebooks:
+        cells = []
+        for name in names:
+            r = results[nb.stem, name]
+            bad = len(failures(r))
+            cells.append(f"{'ok' if not bad else f'{bad} failed'}")
+        print(f"| {nb.stem} | " + " | ".join(cells) + " |")
+    any_failed = False
+    for (stem, name), r in sorted(results.items()):
+        bad = failures(r)
+        if bad:
+            any_failed = True
+            print(f"\n{stem}, {name}:")
+            for line in bad[:SHOWN]:
+                print(f"  {line}")
+            if len(bad) > SHOWN:
+                print(f"  ... and {len(bad) - SHOWN} more")
+    for nb in notebooks:
+        table = claim_table(nb.stem, results)
+        measured = [r for r in table if r.get("spread", 0) > 0]
+        print(f"\n{nb.stem}: claims whose values vary over the sweep")
+        print("| cell | assert | ranges | worst margin | spread | flag |")
+        print("|---|---|---|---|---|---|")
+        for row in measured:
+            ranges = ", ".join(
+                f"{lo:.4g}" if lo == hi else f"{lo:.4g}..{hi:.4g}"
+                for lo, hi in row["ranges"]
+            )
+            flag = (
+                "FAILED"
+                if row["worst_margin"] < 0 or row["failed_in"]
+                else "tight"
+                if row["tight"]
+                else "seeds 3-4"
+                if row["needs_more_seeds"]
+                else ""
+            )
+            text = row["assert"].replace("|", "\\|")[:70]
+            print(
+                f"| {row['cell']} | `{text}` | {ranges} |"
+                f" {row['worst_margin']:.4g} | {row['spread']:.4g} | {flag} |"
+            )
+        if record is not None:
+            record.mkdir(parents=True, exist_ok=True)
+            runs = {
+                name: {
+                    "cpu_capability": r.get("info", {}).get("cpu_capability"),
+                    "seconds": round(r.get("seconds", 0), 1),
+                    "failures": failures(r),
+                }
+                for (s, name), r in results.items()
+                if s == nb.stem
+            }
+            (record / f"{nb.stem[:2]}.json").write_text(
+                json.dumps({"runs": runs, "claims": table}, indent=1) + "\n"
+            )
+    return 1 if any_failed else 0
+
+
+def words(text: str) -> list[str]:
+    return text.replace(",", " ").split()
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("notebooks", nargs="+", type=Path)
+    parser.add_argument("notebooks", nargs="*", type=Path)
+    parser.add_argument("--seeds", default="0 1 2")
+    parser.add_argument("--kernels", default="native avx2 baseline")
+    parser.add_argument("--threads", default="1 2")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("_build/sweep"))
     parser.add_argument(
-        "--seeds", default="1 2", help="book seeds, e.g. '1 2' (the default)"
+        "--record",
+        type=Path,
+        default=None,
+        help="write each chapter's claim table to DIR/NN.json",
     )
+    parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--one-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    args.seeds = [int(seed) for seed in args.seeds.replace(",", " ").split()]
-    results = {}
-    for notebook in args.notebooks:
-        for seed in args.seeds:
-            print(f"{notebook.stem}, BOOK_SEED={seed} ...", flush=True)
-            results[notebook.stem, seed] = result = run(notebook, seed)
-            print(
-                f"  {result['passed']} passed, {result['failed']} failed"
-                f" in {result['seconds']:.0f} s",
-                flush=True,
+    if args.one:
+        return execute(args.one.resolve(), args.one_out.resolve())
+    if not args.notebooks:
+        parser.error("name at least one notebook")
+    for name in words(args.kernels):
+        if name not in KERNELS:
+            parser.error(
+                f"unknown kernel setting {name!r}; expected one of "
+                f"{', '.join(KERNELS)}"
             )
-    print()
-    print(
-        "| chapter | "
-        + " | ".join(f"BOOK_SEED={s}" for s in args.seeds)
-        + " |"
-    )
-    print("|---" * (len(args.seeds) + 1) + "|")
-    for notebook in args.notebooks:
-        cells = []
-        for seed in args.seeds:
-            r = results[notebook.stem, seed]
-            cells.append(f"{r['passed']} passed / {r['failed']} failed")
-        print(f"| {notebook.stem} | " + " | ".join(cells) + " |")
-    failed = {key: r for key, r in results.items() if r["failed"]}
-    for (stem, seed), r in failed.items():
-        print(f"\n{stem}, BOOK_SEED={seed}:")
-        for failure in r["failures"][:SHOWN]:
-            print(f"  {failure[:300]}")
-        if len(r["failures"]) > SHOWN:
-            print(f"  ... and {len(r['failures']) - SHOWN} more")
-    return 1 if failed else 0
+    try:
+        seeds = [int(s) for s in words(args.seeds)]
+        threads = [int(t) for t in words(args.threads)]
+    except ValueError as error:
+        parser.error(f"seeds and threads are whole numbers: {error}")
+    if args.workers < 1 or any(t < 1 for t in threads):
+        parser.error("workers and threads must be at least 1")
+    kernels = words(args.kernels)
+    native = native_capability()
+    if native in kernels and "native" in kernels:
+        # On this CPU that setting is the native one: the same kernels,
+        # the same numbers. Its runs would repeat the native runs.
+        print(
+            f"{native} is this CPU's own setting: its runs are the "
+            "native ones",
+            flush=True,
+        )
+        kernels.remove(native)
+    grid = plan(seeds, kernels, threads)
+    results = run_all(args.notebooks, grid, args.workers, args.out.resolve())
+    return report(args.notebooks, grid, results, args.record)
 
 
 if __name__ == "__main__":

@@ -111,7 +111,24 @@ def t5_bucket(
 
     Shape:
         offset: any, integers; output: as offset, in [0, n_buckets).
+
+    Raises:
+        ValueError: too few buckets, or a ``max_distance`` no longer than
+            the exact half of the buckets (the logarithm would divide by
+            zero or less).
     """
+    check_bool("bidirectional", bidirectional)
+    check_int("n_buckets", n_buckets, low=4 if bidirectional else 2)
+    check_int("max_distance", max_distance, low=1)
+    if not isinstance(offset, Tensor) or offset.dtype.is_floating_point:
+        raise ValueError("offset must be a tensor of integer offsets")
+    half = n_buckets // 2 if bidirectional else n_buckets
+    if max_distance <= half // 2:
+        raise ValueError(
+            f"max_distance must exceed the {half // 2} exact buckets "
+            f"(n_buckets={n_buckets}, bidirectional={bidirectional}), "
+            f"got {max_distance}"
+        )
     if bidirectional:
         n_buckets //= 2
         after = (offset > 0).long() * n_buckets  # keys after the query

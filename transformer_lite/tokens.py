@@ -31,6 +31,10 @@ __all__ = [
     "check_token_tensor",
 ]
 
+# The integer dtypes an embedding looks up; uint8 and the short ints are
+# refused at the door rather than by nn.Embedding's own RuntimeError.
+TOKEN_DTYPES = (torch.int64, torch.int32)
+
 PAD_ID = 0  # padding: masked out of attention and ignored by the loss
 BOS_ID = 1  # begin-of-sequence: the first token of targets and outputs
 EOS_ID = 2  # end-of-sequence: where decoding stops
@@ -50,13 +54,10 @@ def check_token_tensor(tokens: Tensor, name: str) -> None:
             f"{name} must be a (B, L) tensor of token ids, got shape "
             f"{tuple(tokens.shape)}"
         )
-    if tokens.dtype.is_floating_point or tokens.dtype in (
-        torch.bool,
-        torch.complex64,
-        torch.complex128,
-    ):
+    if tokens.dtype not in TOKEN_DTYPES:
         raise ValueError(
-            f"{name} must hold integer token ids, got dtype {tokens.dtype}"
+            f"{name} must hold integer token ids (torch.int64 or "
+            f"torch.int32, what nn.Embedding takes), got dtype {tokens.dtype}"
         )
 
 

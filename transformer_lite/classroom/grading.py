@@ -88,6 +88,32 @@ def expect_tensor(
     return got
 
 
+def _check_tolerance(name: str, value: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not 0.0 <= value < float("inf")
+    ):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+
+
+def _kind(dtype: torch.dtype) -> str:
+    if dtype == torch.bool:
+        return "bool"
+    if dtype.is_complex:
+        return "complex"
+    return "floating" if dtype.is_floating_point else "integer"
+
+
+def _same_kind(name: str, got: Tensor, want: Tensor, hint) -> None:
+    """A float where a bool mask is expected (or an integer where a float
+    is) is the wrong answer, whatever its values."""
+    if _kind(got.dtype) != _kind(want.dtype):
+        _fail(f"{name} has dtype {got.dtype} ({_kind(got.dtype)}); "
+              f"expected {_kind(want.dtype)} values like {want.dtype}.",
+              hint)  # fmt: skip
+
+
 def expect_close(
     name: str,
     got: object,
@@ -95,19 +121,38 @@ def expect_close(
     *,
     atol: float = 1e-6,
     rtol: float = 1e-5,
+    dtype: torch.dtype | None = None,
     hint: str | None = None,
 ) -> None:
     """``got`` equals the tensor ``want`` within ``atol + rtol * |want|``
-    everywhere, after the checks of :func:`expect_tensor` (same shape; a
-    NaN where ``want`` has none is wrong)."""
-    got = expect_tensor(name, got, shape=want.shape,
+    everywhere, after the checks of :func:`expect_tensor` (same shape, and
+    ``dtype`` if given). NaN and infinities are values: ``got`` must hold
+    them exactly where ``want`` does, with the same signs.
+
+    Raises:
+        ValueError: a tolerance that is negative, infinite or NaN.
+    """
+    _check_tolerance("atol", atol)
+    _check_tolerance("rtol", rtol)
+    got = expect_tensor(name, got, shape=want.shape, dtype=dtype,
                         finite=bool(torch.isfinite(want).all()),
                         hint=hint)  # fmt: skip
     g = got.detach().to(torch.float64).cpu()
     w = want.detach().to(torch.float64).cpu()
-    gap = (g - w).abs()
-    both_inf = torch.isinf(g) & torch.isinf(w) & (g == w)
-    gap = gap.masked_fill(both_inf, 0.0)
+    for special, word in ((torch.isnan, "NaN"), (torch.isinf, "infinite")):
+        wrong = special(g) != special(w)
+        if special is torch.isinf:
+            wrong |= special(w) & (g != w)  # the sign of an infinity
+        if bool(wrong.any()):
+            flat = int(wrong.flatten().nonzero()[0])
+            at = _index(flat, g.shape)
+            _fail(f"{name} differs from the expected values at index {at}"
+                  f" (got {float(g.flatten()[flat]):.4g}, expected "
+                  f"{float(w.flatten()[flat]):.4g}): a {word} value must "
+                  "be where it is expected, and only there.",
+                  hint)  # fmt: skip
+    finite = torch.isfinite(w)
+    gap = torch.where(finite, (g - w).abs(), torch.zeros_like(w))
     if gap.numel() and bool((gap > atol + rtol * w.abs()).any()):
         flat = int(gap.flatten().argmax())
         at = _index(flat, gap.shape)
@@ -118,21 +163,35 @@ def expect_close(
 
 
 def expect_equal(
-    name: str, got: object, want: object, *, hint: str | None = None
+    name: str,
+    got: object,
+    want: object,
+    *,
+    dtype: torch.dtype | None = None,
+    hint: str | None = None,
 ) -> None:
-    """``got == want`` for numbers, strings, lists and tuples (a tensor:
-    every element equal, same shape)."""
+    """``got == want`` for numbers, strings, lists and tuples. A tensor:
+    every element equal, the same shape, the same kind of number (bool,
+    integer, floating), and exactly ``dtype`` if given."""
     if isinstance(want, Tensor):
-        got = expect_tensor(name, got, shape=want.shape, finite=False,
-                            hint=hint)  # fmt: skip
-        if not torch.equal(got.cpu(), want.cpu()):
+        got = expect_tensor(name, got, shape=want.shape, dtype=dtype,
+                            finite=False, hint=hint)  # fmt: skip
+        _same_kind(name, got, want, hint)
+        if not torch.equal(got.cpu(), want.cpu().to(got.dtype)):
             wrong = (got.cpu() != want.cpu()).flatten().nonzero()
             at = _index(int(wrong[0]), want.shape)
             _fail(f"{name} differs in {_count(len(wrong), 'place')}, the "
                   f"first at index {at} (got {got[at].item()}, expected "
                   f"{want[at].item()}).", hint)  # fmt: skip
         return
-    if got != want:
+    if isinstance(got, Tensor) or type(got).__module__.startswith("numpy"):
+        _fail(f"{name} should be a {type(want).__name__} like {want!r}, "
+              f"got a {type(got).__name__}.", hint)  # fmt: skip
+    try:
+        same = bool(got == want)
+    except Exception:  # noqa: BLE001 - an answer that cannot be compared
+        same = False
+    if not same:
         _fail(f"{name} is {got!r}; expected {want!r}.", hint)
 
 
@@ -144,17 +203,25 @@ def expect_raises(
     hint: str | None = None,
 ) -> None:
     """``call()`` raises ``error`` (whose message matches the regular
-    expression ``match``, if given)."""
+    expression ``match``, if given). A stub's ``NotImplementedError``
+    is never credited as another error, though it is a RuntimeError."""
     try:
         call()
-    except error as raised:
-        if match is not None and not re.search(match, str(raised)):
-            _fail(f"the {error.__name__} says {str(raised)!r}, which does "
-                  f"not match {match!r}.", hint)  # fmt: skip
+    except NotImplementedError as raised:
+        if error is not NotImplementedError:
+            raise
+        _matches(error, raised, match, hint)
         return
-    except NotImplementedError:
-        raise
+    except error as raised:
+        _matches(error, raised, match, hint)
+        return
     except Exception as other:  # noqa: BLE001 - named in the message
         _fail(f"expected a {error.__name__}, got {type(other).__name__}: "
               f"{other}", hint)  # fmt: skip
     _fail(f"expected a {error.__name__}; nothing was raised.", hint)
+
+
+def _matches(error, raised: BaseException, match, hint) -> None:
+    if match is not None and not re.search(match, str(raised)):
+        _fail(f"the {error.__name__} says {str(raised)!r}, which does "
+              f"not match {match!r}.", hint)  # fmt: skip

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lite.cache import DecoderCache
+from transformer_lite.checks import check_int
 from transformer_lite.extras import require
 from transformer_lite.model import Transformer, TransformerConfig
 from transformer_lite.shipping.export import (
@@ -44,6 +45,8 @@ def onnx_session(path: str | os.PathLike, *, threads: int | None = None):
     ort = require("onnxruntime", "ship")
     if not Path(path).is_file():
         raise ValueError(f"no ONNX file at {path}; export the model first")
+    if threads is not None:
+        check_int("threads", threads, low=1)
     options = ort.SessionOptions()
     if threads is not None:
         options.intra_op_num_threads = threads

@@ -29,6 +29,10 @@ __all__ = [
     "slice_table",
 ]
 
+# Each sampled family draws up to 50 x size candidates: beyond this size
+# the families (at most 9,000 numbers of 4 digits) run out, and the draws
+# take minutes, then hours.
+MAX_SLICE_SIZE = 5000
 HELD_OUT = "random held-out"  # the test split: the aggregate score
 TEENS_AND_X1 = (*range(11, 20), *range(21, 100, 10))  # 11..19, 21, .., 91
 
@@ -99,7 +103,7 @@ def number_slices(
     Returns:
         ``{name: sorted numbers}``, in the order of the table.
     """
-    check_int("size", size, low=1)
+    check_int("size", size, low=1, high=MAX_SLICE_SIZE)
     check_int("max_digits", max_digits, low=1, high=MAX_DIGITS_LIMIT)
     check_int("seed", seed, low=0)
     if "train" not in splits or "test" not in splits:

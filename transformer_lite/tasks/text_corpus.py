@@ -14,6 +14,7 @@ read one segment after another: the layout Transformer-XL needs, in
 which segment j + 1 of a row continues segment j.
 """
 
+import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 
@@ -30,6 +31,7 @@ __all__ = [
     "pydoc_topics",
     "repeated_segments",
     "segment_batches",
+    "shared_spans",
     "streams",
 ]
 
@@ -43,24 +45,78 @@ def pydoc_topics() -> dict[str, str]:
     return dict(topics)
 
 
-def corpus_splits(held_out: float = 0.1) -> tuple[str, str]:
-    """Training and held-out text: the last ``held_out`` of every topic is
-    held out, so both parts sample every subject and no held-out sentence
-    is also in training. Topics are joined in the order of their names.
+PARAGRAPH = re.compile(r"\n[ \t]*\n")  # a blank line ends a paragraph
+SPAN = 60  # characters: a held-out stretch this long is never trained on
+
+
+def corpus_splits(
+    held_out: float = 0.1, *, span: int = SPAN
+) -> tuple[str, str]:
+    """Training and held-out text that share no stretch of ``span``
+    characters.
+
+    The help topics repeat each other: one section is printed under
+    several topics, and a sentence of boilerplate under many. So the
+    topics are first cut into paragraphs (at blank lines) and every
+    paragraph is kept once, where it first occurs, taking the topics in
+    the order of their names. The last ``held_out`` of each topic's
+    paragraphs is held out, so both parts sample many subjects; a
+    held-out paragraph that still shares ``span`` characters with the
+    training text is dropped. Paragraphs are joined by a blank line.
 
     Returns:
-        ``(train, held_out)`` text.
+        ``(train, held_out)`` text; ``shared_spans(held_out, train,
+        span)`` is 0.
     """
     if not isinstance(held_out, float) or not 0.0 < held_out < 1.0:
         raise ValueError(
             f"held_out must be a float in (0, 1), got {held_out!r}"
         )
-    train, test = [], []
+    if isinstance(span, bool) or not isinstance(span, int) or span < 1:
+        raise ValueError(f"span must be an int >= 1, got {span!r}")
+    seen: set[str] = set()
+    train: list[str] = []
+    tails: list[str] = []
     for _, text in sorted(pydoc_topics().items()):
-        cut = round(len(text) * (1.0 - held_out))
-        train.append(text[:cut])
-        test.append(text[cut:])
-    return "".join(train), "".join(test)
+        kept = []
+        for paragraph in PARAGRAPH.split(text):
+            key = paragraph.strip()
+            if key and key not in seen:
+                seen.add(key)
+                kept.append(paragraph)
+        total = sum(map(len, kept))
+        trained = 0
+        for paragraph in kept:
+            if trained < (1.0 - held_out) * total:
+                train.append(paragraph)
+                trained += len(paragraph)
+            else:
+                tails.append(paragraph)
+    train_text = "\n\n".join(train)
+    known = _span_hashes(train_text, span)
+    held: list[str] = []
+    for paragraph in tails:
+        # Joined to the paragraph before it, a paragraph makes new
+        # stretches across the blank line: those count too.
+        joined = held[-1][-span:] + "\n\n" + paragraph if held else paragraph
+        if not _span_hashes(joined, span) & known:
+            held.append(paragraph)
+    return train_text, "\n\n".join(held)
+
+
+def _span_hashes(text: str, span: int) -> set[int]:
+    return {hash(text[i : i + span]) for i in range(len(text) - span + 1)}
+
+
+def shared_spans(text: str, reference: str, span: int = SPAN) -> int:
+    """How many of text's stretches of ``span`` characters (one starting
+    at each character) occur anywhere in ``reference``."""
+    if isinstance(span, bool) or not isinstance(span, int) or span < 1:
+        raise ValueError(f"span must be an int >= 1, got {span!r}")
+    known = _span_hashes(reference, span)
+    return sum(
+        hash(text[i : i + span]) in known for i in range(len(text) - span + 1)
+    )
 
 
 class CharTokenizer:
@@ -109,7 +165,11 @@ class CharTokenizer:
         first = len(SPECIAL)
         out = []
         for i in ids:
-            if not isinstance(i, int) or not 0 <= i < self.vocab_size:
+            if (
+                isinstance(i, bool)
+                or not isinstance(i, int)
+                or not 0 <= i < self.vocab_size
+            ):
                 raise ValueError(
                     f"token id {i!r} is outside [0, {self.vocab_size})"
                 )

@@ -23,7 +23,7 @@ from transformer_lite.tasks.numbers import (
     repeated_numbers,
     sparse_numbers,
 )
-from transformer_lite.tasks.slices import number_slices
+from transformer_lite.tasks.slices import MAX_SLICE_SIZE, number_slices
 from transformer_lite.tasks.tokenizer import SPECIAL_TOKENS
 from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
 from transformer_lite.tasks.translator import Translator
@@ -48,6 +48,10 @@ __all__ = [
     "train_tokenizers",
     "training_numbers",
 ]
+
+
+# Fields with an upper bound: a larger value would make a run last hours.
+HIGHEST = {"max_digits": MAX_DIGITS_LIMIT, "slice_size": MAX_SLICE_SIZE}
 
 
 @dataclass
@@ -83,6 +87,7 @@ class TranslateConfig:
 
     def __post_init__(self) -> None:
         """Every field checked by type and range, before any work."""
+
         if self.pair not in PAIRS:
             raise ValueError(f"pair must be one of {PAIRS}: {self.pair!r}")
         lowest = dict(src_vocab=len(SPECIAL_TOKENS) + 1, seed=0)
@@ -92,7 +97,7 @@ class TranslateConfig:
             if f.type is bool:
                 check_bool(f.name, value)
             elif f.type is int:
-                high = MAX_DIGITS_LIMIT if f.name == "max_digits" else None
+                high = HIGHEST.get(f.name)  # counts that multiply work
                 check_int(f.name, value, low=lowest.get(f.name, 1), high=high)
         for name in ("digits_share", "sparse_share", "repeat_share"):
             check_real(name, getattr(self, name), low=0.0, high=1.0)
