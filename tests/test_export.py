@@ -132,3 +132,20 @@ def test_the_whole_model_exports_and_token_checks_stay_eager(model):
             model(src + 100, tgt)
     finally:
         model.check_ids = False
+
+
+def test_a_short_max_len_exports_or_is_refused_by_name():
+    # Before: max_len < 5 failed inside torch.export (its example source
+    # had 5 tokens).
+    def tiny(max_len):
+        torch.manual_seed(0)
+        return make_model(11, 11, n_layers=1, d_model=16, d_ff=16,
+                          n_heads=2, max_len=max_len).eval()  # fmt: skip
+
+    short = tiny(4)
+    programs = export_programs(short)
+    src = sources(2, 4)
+    memory = programs["encoder"].module()(src)
+    torch.testing.assert_close(memory, EncoderGraph(short)(src), **TOL)
+    with pytest.raises(ValueError, match="max_len >= 3"):
+        export_programs(tiny(2))

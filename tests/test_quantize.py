@@ -2,6 +2,8 @@
 weights, a quarter of their bytes, logits close to float32; ONNX
 Runtime's own pass over an exported file."""
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -75,3 +77,26 @@ def test_bad_input_is_explained():
         quantize_int8("model.pt")
     with pytest.raises(ValueError, match="no nn.Linear"):
         quantize_int8(nn.Sequential(nn.ReLU()))
+
+
+def test_a_quantised_model_is_not_quantised_again(model):
+    # Before: torchao's NotImplementedError.
+    once = quantize_int8(model)
+    with pytest.raises(ValueError, match="already quantised"):
+        quantize_int8(once)
+
+
+def test_only_a_float32_model_is_quantised(model):
+    # Before: an AssertionError from inside torchao on float64.
+    with pytest.raises(ValueError, match="takes a float32 model"):
+        quantize_int8(copy.deepcopy(model).double())
+
+
+def test_a_quantised_model_cannot_be_saved_as_a_checkpoint(model, tmp_path):
+    # Before: saved, then load_checkpoint raised NotImplementedError.
+    from transformer_lite.training.checkpoint import save_checkpoint
+
+    path = tmp_path / "int8.pt"
+    with pytest.raises(ValueError, match="quantise it after loading"):
+        save_checkpoint(path, quantize_int8(model))
+    assert not path.exists() and not list(tmp_path.iterdir())

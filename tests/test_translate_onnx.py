@@ -150,3 +150,22 @@ def test_the_same_graphs_in_pytorch_give_the_same_tokens(
     options = dict(max_len=30, bos_id=BOS_ID, eos_id=EOS_ID, beam_size=3)
     expected = beam_search(model, held_out, **options)
     assert torch.equal(beam_search(graphs, held_out, **options), expected)
+
+
+def test_an_uncompiled_runtime_decodes_without_dropout(tiny_translator):
+    # Before: over a model in training mode, five runs, five outputs.
+    model = tiny_translator.translator.model
+    assert model.config.dropout > 0
+    model.train()
+    try:
+        runtime = CompiledTransformer(model, compile=False)
+        src = tiny_translator.translator.src_tokenizer.encode_batch(
+            [s for s, _ in tiny_translator.test[:4]]
+        )
+        runs = [greedy_decode(runtime, src, max_len=12, bos_id=BOS_ID,
+                              use_cache=True,
+                              eos_id=EOS_ID) for _ in range(5)]  # fmt: skip
+        assert all(torch.equal(run, runs[0]) for run in runs)
+        assert model.training  # the caller's model is left as it was
+    finally:
+        model.eval()

@@ -371,3 +371,46 @@ def test_number_targets_are_whole_words():
     ]
     pieces = tokenizer.pieces("seven hundred and seventy-seven")
     assert pieces == ["▁seven", "▁hundred", "▁and", "▁seventy", "-", "seven"]
+
+
+@pytest.mark.parametrize(
+    "dtype", [torch.float64, torch.float16, torch.bfloat16]
+)
+def test_images_of_any_float_dtype_are_read_in_the_models(dtype):
+    # Before: "mat1 and mat2 must have the same dtype" (scikit-learn's
+    # digits are float64).
+    torch.manual_seed(0)
+    config = ViTConfig(image_size=(8, 8), patch_size=2, n_layers=1,
+                       d_model=16, d_ff=16, n_heads=2, n_classes=3)
+    vit = VisionTransformer(config).eval()
+    images = torch.rand(2, 1, 8, 8)
+    expected = vit(images)
+    got = vit(images.to(dtype))
+    assert got.dtype == torch.float32
+    tolerance = 1e-6 if dtype == torch.float64 else 0.1
+    torch.testing.assert_close(got, expected, atol=tolerance, rtol=0)
+
+
+def test_a_window_mask_of_the_wrong_shape_or_kind_is_named():
+    vit = VisionTransformer(ViTConfig(image_size=(8, 8), patch_size=2,
+                                      n_layers=1, d_model=16, d_ff=16,
+                                      n_heads=2, n_classes=3))  # fmt: skip
+    images = torch.rand(2, 1, 8, 8)
+    with pytest.raises(ValueError, match=r"mask must have shape \(17, 17\)"):
+        vit.features(images, mask=torch.ones(16, 16, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask must be a bool tensor"):
+        vit.features(images, mask=torch.ones(17, 17))
+    out = vit.features(images, mask=torch.ones(2, 17, 17, dtype=torch.bool))
+    assert out.shape == (2, 17, 16)
+
+
+@pytest.mark.parametrize("patch_size", [2.0, "2", None, (2, 2, 2), True])
+def test_a_patch_size_that_is_not_an_int_or_pair_is_named(patch_size):
+    with pytest.raises(ValueError, match="patch_size"):
+        ViTConfig(image_size=(8, 8), patch_size=patch_size)
+
+
+@pytest.mark.parametrize("d_model", [0, True, -3, 2.5])
+def test_patch_positions_want_a_positive_width(d_model):
+    with pytest.raises(ValueError, match="d_model must be"):
+        PatchPositions((4, 4), d_model)

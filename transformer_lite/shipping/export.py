@@ -147,6 +147,9 @@ class DecoderStep(nn.Module):
         return (logits, *grown)
 
 
+MIN_EXPORT_LEN = 3  # a cached step's past must be at least 2 long
+
+
 def graph_inputs(
     model: Transformer, *, batch: int = 2, src_len: int = 5, tgt_len: int = 3
 ) -> dict[str, tuple]:
@@ -215,7 +218,17 @@ def export_programs(model: Transformer) -> dict[str, ExportedProgram]:
     _check_model(model)
     if model.training:
         raise ValueError("export an eval-mode model: call model.eval()")
-    inputs, shapes = graph_inputs(model), _dynamic_shapes(model)
+    longest = model.config.max_len
+    if longest < MIN_EXPORT_LEN:
+        raise ValueError(
+            f"export needs max_len >= {MIN_EXPORT_LEN} (its example "
+            "lengths must exceed 1, which torch.export would fix as "
+            f"constants), got max_len={longest}"
+        )
+    # Example lengths within the model's range: 5 and 3 where they fit.
+    inputs = graph_inputs(model, src_len=min(5, longest),
+                          tgt_len=min(3, longest))  # fmt: skip
+    shapes = _dynamic_shapes(model)
     with torch.no_grad():
         return {
             name: torch.export.export(

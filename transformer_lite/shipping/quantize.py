@@ -49,8 +49,22 @@ def quantize_int8(model: nn.Module) -> nn.Module:
         raise ValueError(
             f"model must be an nn.Module, got {type(model).__name__}"
         )
-    if not any(isinstance(m, nn.Linear) for m in model.modules()):
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    if not linears:
         raise ValueError("model has no nn.Linear layer to quantise")
+    for linear in linears:
+        weight = linear.weight
+        if type(weight) not in (torch.Tensor, nn.Parameter):
+            raise ValueError(
+                "model is already quantised: its linear weights are "
+                f"{type(weight).__name__}; quantise the float model once"
+            )
+        if weight.dtype != torch.float32:
+            raise ValueError(
+                f"int8 quantisation takes a float32 model (torchao's "
+                f"dynamic int8 path), got linear weights of {weight.dtype}"
+                ": call model.float() first"
+            )
     q = _torchao()
     quantized = copy.deepcopy(model).eval()
     q.quantize_(quantized, q.Int8DynamicActivationInt8WeightConfig())

@@ -10,6 +10,7 @@ the graphs: the tokens can differ from PyTorch's only where the two
 runtimes' rounding differs.
 """
 
+import copy
 import os
 import warnings
 from pathlib import Path
@@ -190,7 +191,8 @@ class CompiledTransformer(GraphTransformer):
     run once per batch, stay eager.
 
     Args:
-        model: an eval-mode :class:`~transformer_lite.model.Transformer`.
+        model: a :class:`~transformer_lite.model.Transformer`; an
+            eval-mode copy of it is what runs.
         compile: False runs the step eagerly too (for comparison).
         programs: those of ``export_programs(model)``, if already made.
     """
@@ -203,6 +205,9 @@ class CompiledTransformer(GraphTransformer):
         programs: dict | None = None,
     ) -> None:
         super().__init__(model.config)
+        # An eval-mode copy: no dropout, whatever mode ``model`` is in,
+        # and no change when ``model`` trains on.
+        model = copy.deepcopy(model).eval()
         step = DecoderStep(model)
         if compile:
             from torch._inductor import (

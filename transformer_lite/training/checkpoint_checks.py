@@ -34,6 +34,10 @@ CHECKPOINT_FORMAT = "transformer-lite-checkpoint-1"  # tag in every file
 PARTS = ("format", "config", "model", "optimizer", "scheduler", "extra")
 
 
+# Tensor types the safe loader reads; nn.Parameter is stored as a tensor.
+PLAIN_TENSORS = (Tensor, torch.nn.Parameter)
+
+
 def check_plain(value: object, where: str) -> None:
     """Raise unless ``torch.load(weights_only=True)`` can read ``value``."""
     if isinstance(value, dict):
@@ -43,6 +47,13 @@ def check_plain(value: object, where: str) -> None:
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             check_plain(item, f"{where}[{i}]")
+    elif isinstance(value, Tensor) and type(value) not in PLAIN_TENSORS:
+        raise ValueError(
+            f"{where} is a {type(value).__name__}, a tensor subclass that "
+            "torch.load(weights_only=True) cannot read back (a quantised "
+            "model, for one): save the float model and quantise it after "
+            "loading"
+        )
     elif not isinstance(value, Tensor | str | int | float | bool | None):
         raise ValueError(
             f"{where} is a {type(value).__name__}; a checkpoint holds only "

@@ -28,12 +28,13 @@ POSITION_KINDS = ("1d", "2d")  # a vector per patch; a row plus a column
 
 
 def _pair(name: str, value: int | tuple[int, int]) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2:
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = (value, value)
+    if not isinstance(value, (tuple, list)) or len(value) != 2:
         raise ValueError(f"{name} must be an int or a pair, got {value!r}")
-    for i, v in enumerate(pair):
+    for i, v in enumerate(value):
         check_int(f"{name}[{i}]", v, low=1)
-    return pair
+    return tuple(value)
 
 
 def patch_grid(
@@ -145,6 +146,7 @@ class PatchPositions(nn.Module):
                 f"kind must be one of {POSITION_KINDS}, got {kind!r}"
             )
         self.grid = h, w = _pair("grid", grid)
+        check_int("d_model", d_model, low=1)
         self.n_patches = h * w  # N
         self.kind = kind
         std = 0.02  # small, as the paper's initialisation

@@ -119,6 +119,9 @@ class VisionTransformer(ModelBasics, nn.Module):
         (True = may attend) restricts the self-attention, e.g. to
         windows (:func:`~transformer_lite.vision.patches.window_mask`).
 
+        Images of any floating dtype (scikit-learn's digits are float64)
+        are cast to the model's.
+
         Shape:
             mask: (L, L) or (B, L, L), L = class_tokens + N;
             output: (B, L, C).
@@ -126,13 +129,16 @@ class VisionTransformer(ModelBasics, nn.Module):
         c = self.config
         check_images(images, c.in_channels, c.image_size)
         check_int("class_tokens", class_tokens, low=0)
+        images = images.to(self.class_token.dtype)
+        B, L = images.size(0), class_tokens + self.positions.n_patches
+        if mask is not None:
+            check_window_mask(mask, B, L)
         x = self.positions(self.patch_embed(images))  # (B, N, C)
         if class_tokens:  # the class token carries no position
-            cls = self.class_token.expand(x.size(0), class_tokens, -1)
+            cls = self.class_token.expand(B, class_tokens, -1)
             x = torch.cat([cls, x], dim=1)  # (B, class_tokens + N, C)
         if mask is not None:
-            L = x.size(1)
-            mask = mask.to(x.device).expand(x.size(0), L, L)  # (B, L, L)
+            mask = mask.to(x.device).expand(B, L, L)  # (B, L, L)
         return self.encoder(self.dropout(x), mask)
 
     def forward(self, images: Tensor) -> Tensor:
@@ -141,3 +147,19 @@ class VisionTransformer(ModelBasics, nn.Module):
                 "this ViT has no head (n_classes=0): call features()"
             )
         return self.head(self.features(images)[:, 0])  # (B, n_classes)
+
+
+def check_window_mask(mask: object, batch: int, length: int) -> None:
+    """Raise a ``ValueError`` unless ``mask`` is a bool (L, L) or
+    (B, L, L) tensor for ``length`` tokens and a batch of ``batch``."""
+    shapes = ((length, length), (batch, length, length), (1, length, length))
+    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
+        what = mask.dtype if isinstance(mask, Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a bool tensor (True = may attend), "
+                         f"got {what}")  # fmt: skip
+    if tuple(mask.shape) not in shapes:
+        raise ValueError(
+            f"mask must have shape ({length}, {length}) or ({batch}, "
+            f"{length}, {length}) for {length} tokens (class tokens and "
+            f"patches), got {tuple(mask.shape)}"
+        )
