@@ -380,8 +380,15 @@ def test_images_of_any_float_dtype_are_read_in_the_models(dtype):
     # Before: "mat1 and mat2 must have the same dtype" (scikit-learn's
     # digits are float64).
     torch.manual_seed(0)
-    config = ViTConfig(image_size=(8, 8), patch_size=2, n_layers=1,
-                       d_model=16, d_ff=16, n_heads=2, n_classes=3)
+    config = ViTConfig(
+        image_size=(8, 8),
+        patch_size=2,
+        n_layers=1,
+        d_model=16,
+        d_ff=16,
+        n_heads=2,
+        n_classes=3,
+    )
     vit = VisionTransformer(config).eval()
     images = torch.rand(2, 1, 8, 8)
     expected = vit(images)
