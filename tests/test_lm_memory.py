@@ -111,3 +111,26 @@ def test_bad_memories_are_refused():
     table = tiny_lm(position="sinusoidal")
     with pytest.raises(ValueError, match="needs relative positions"):
         table(random_tokens(1, 3), memory=table.new_memory(4))
+
+
+def test_a_memory_that_does_not_fit_the_model_is_named_before_the_pass():
+    # Before: a raw torch.cat error (batch), a LayerNorm error (width),
+    # "mixed dtype" (float64), and a wrong n_layers only after a pass.
+    model = tiny_lm(position="rope", dtype=torch.float32)
+    memory = model.new_memory(4)
+    model(random_tokens(2, 5), memory=memory)
+    with pytest.raises(ValueError, match="batch of 2 rows.*has 3"):
+        model(random_tokens(3, 5), memory=memory)
+    wider = tiny_lm(position="rope", dtype=torch.float32, d_model=64)
+    with pytest.raises(ValueError, match="width 32.*d_model is 64"):
+        wider(random_tokens(2, 5), memory=memory)
+    with pytest.raises(ValueError, match="float32 states"):
+        model.double()(random_tokens(2, 5), memory=memory)
+    model.float()
+    calls = []
+    model.layers[0].register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(ValueError, match="for 3 blocks; the model has 2"):
+        model(random_tokens(2, 5), memory=SegmentMemory(4, 3))
+    assert not calls  # refused before any block ran
+    with pytest.raises(ValueError, match="must be a SegmentMemory"):
+        model(random_tokens(2, 5), memory=[torch.zeros(2, 4, 32)])

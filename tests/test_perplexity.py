@@ -87,3 +87,44 @@ def test_bad_arguments_are_refused():
         perplexity(model, stream[:, :1], segment_len=3)
     with pytest.raises(ValueError, match="no target token"):
         perplexity(model, torch.zeros(2, 5, dtype=torch.long), segment_len=3)
+
+
+def test_perplexity_leaves_a_training_model_in_training_mode():
+    # Before: token_losses switched the caller's model to eval mode for
+    # the duration; a thread training it lost its dropout meanwhile.
+    model = tiny_lm(dropout=0.5).train()
+    seen = []
+
+    def record(module, args, output):
+        seen.append(module.training)
+
+    model.layers[0].register_forward_hook(record)
+    stream = random_tokens(2, 33)
+    first = perplexity(model, stream, segment_len=8)
+    assert model.training and all(m.training for m in model.modules())
+    assert seen and not any(seen)  # the twin ran without dropout
+    assert perplexity(model, stream, segment_len=8) == first  # no dropout
+
+
+def test_ids_outside_the_vocabulary_are_named():
+    model = tiny_lm()
+    stream = random_tokens(2, 17)
+    stream[1, 5] = V
+    with pytest.raises(ValueError, match=rf"stream holds token ids.*{V}"):
+        perplexity(model, stream, segment_len=8)
+
+
+@pytest.mark.parametrize("pad_id", [True, 1.5, -1, "0"])
+def test_pad_id_is_a_token_id(pad_id):
+    with pytest.raises(ValueError, match="pad_id must be"):
+        perplexity(tiny_lm(), random_tokens(1, 9), segment_len=4,
+                   pad_id=pad_id)  # fmt: skip
+
+
+def test_a_diverged_model_has_an_infinite_perplexity():
+    # Before: OverflowError once the mean loss passed about 709 nats.
+    model = tiny_lm()
+    with torch.no_grad():
+        model.generator.weight.mul_(1e4)
+    value = perplexity(model, random_tokens(2, 17), segment_len=8)
+    assert value == math.inf

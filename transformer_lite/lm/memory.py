@@ -50,6 +50,45 @@ class SegmentMemory:
         check_int("mem_len", self.mem_len, low=1)
         check_int("n_layers", self.n_layers, low=1)
 
+    def check_fits(
+        self,
+        *,
+        n_layers: int,
+        batch: int,
+        d_model: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        """Raise a ``ValueError`` naming what differs unless this memory
+        can serve a model of ``n_layers`` blocks of width ``d_model``
+        reading a segment of ``batch`` rows in ``dtype`` on ``device``:
+        checked before the forward pass, not inside it."""
+        if self.n_layers != n_layers:
+            raise ValueError(
+                f"the memory is for {self.n_layers} blocks; the model has "
+                f"{n_layers}: make it with model.new_memory(mem_len)"
+            )
+        if self.states is None:
+            return
+        held = self.states[0]
+        if held.size(0) != batch:
+            raise ValueError(
+                f"the memory holds a batch of {held.size(0)} rows, the "
+                f"segment has {batch}; call reset() before another batch"
+            )
+        if held.size(-1) != d_model:
+            raise ValueError(
+                f"the memory holds states of width {held.size(-1)}, the "
+                f"model's d_model is {d_model}: it was filled by another "
+                "model"
+            )
+        if held.dtype != dtype or held.device != device:
+            raise ValueError(
+                f"the memory holds {held.dtype} states on {held.device}; "
+                f"the model computes in {dtype} on {device}: call reset() "
+                "after moving or casting the model"
+            )
+
     def layer(self, i: int) -> Tensor | None:
         """What block ``i`` attends to before the segment (None at first)."""
         return None if self.states is None else self.states[i]

@@ -133,6 +133,15 @@ class LanguageModel(ModelBasics, nn.Module):
             )
         offset = 0 if cache is None else cache.length
         x = self.embed(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
+        if memory is not None:
+            if not isinstance(memory, SegmentMemory):
+                raise ValueError(
+                    "memory must be a SegmentMemory (model.new_memory), "
+                    f"got {type(memory).__name__}"
+                )
+            memory.check_fits(n_layers=self.config.n_layers,
+                              batch=x.size(0), d_model=x.size(-1),
+                              dtype=x.dtype, device=x.device)  # fmt: skip
         x = self.positional(x, offset)
         inputs = []  # each block's input: the next segment's memory
         for i, layer in enumerate(self.layers):

@@ -22,10 +22,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lite.checks import check_int
-from transformer_lite.device import evaluating, module_device
-from transformer_lite.tokens import PAD_ID, check_token_tensor
+from transformer_lite.device import eval_twin, module_device
+from transformer_lite.tokens import PAD_ID, check_token_ids, check_token_tensor
 
 __all__ = ["next_token_loss", "perplexity", "segments", "token_losses"]
+
+MAX_LOG = math.log(1.7976931348623157e308)  # about 709.78: exp overflows
 
 
 def next_token_loss(
@@ -75,7 +77,10 @@ def token_losses(
     pad_id: int = PAD_ID,
 ) -> tuple[Tensor, Tensor]:
     """The loss of every predicted token of ``stream``, read in
-    consecutive segments (eval mode, no gradients).
+    consecutive segments, without dropout and without gradients. A model
+    in training mode is read through an eval-mode twin sharing its
+    weights (:func:`~transformer_lite.device.eval_twin`): its own mode
+    is never changed, so a thread training it keeps its dropout.
 
     Args:
         model: a :class:`~transformer_lite.lm.model.LanguageModel`.
@@ -95,10 +100,15 @@ def token_losses(
         token i + 1 predicted at place i % T of its segment.
     """
     check_int("mem_len", mem_len, low=0)
+    check_int("pad_id", pad_id, low=0)
+    vocab = getattr(getattr(model, "config", None), "vocab", None)
+    if isinstance(vocab, int):  # ids checked here, on the CPU side
+        check_token_ids(stream, vocab, "stream")
     stream = stream.to(module_device(model))
+    model = eval_twin(model)  # never model.eval(): model may be shared
     memory = model.new_memory(mem_len) if mem_len else None
     losses = []
-    with evaluating(model):
+    with torch.no_grad():
         for inputs, targets in segments(stream, segment_len):
             logits = model(inputs, memory=memory)  # (B, T, V)
             loss = F.cross_entropy(
@@ -128,4 +138,7 @@ def perplexity(
     n = int(counted.sum())
     if n == 0:
         raise ValueError("stream holds no target token that is not padding")
-    return math.exp(float(losses.sum()) / n)
+    mean = float(losses.sum()) / n
+    # A diverged model's mean loss can pass 709 nats, where exp
+    # overflows a float: its perplexity is then infinite, not an error.
+    return math.exp(mean) if mean < MAX_LOG else math.inf
