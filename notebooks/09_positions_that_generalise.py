@@ -788,48 +788,60 @@ bars = base.mark_errorbar().encode(y=alt.Y("min:Q", title="accuracy"),
 acc = {(p, k, n): a for p, k, n, a in scores}
 absolute, relative = ("sinusoidal", "learned"), ("rope", "alibi", "t5",
                                                   "shaw")
+# Floors from the sweep (notebooks/sweeps/09.json: BOOK_SEED 0-2, this
+# CPU's kernels and SSE ones) less a margin of a third of the spread or
+# more; the worst values seen are in the comments.
 for k in range(N_SEEDS):
-    # Learned and relative schemes fit the training lengths, ALiBi a
-    # little less well, sinusoidal less reliably (one model of five:
-    # 0.70 to 0.80, by machine); none cannot.
+    # Learned and relative schemes fit the training lengths (0.98 and
+    # more), ALiBi a little less well (0.90), sinusoidal less reliably
+    # (0.79); none cannot.
     for p in ("learned", "rope", "t5", "shaw"):
         assert acc[p, k, L] > 0.93, (p, k, acc[p, k, L])
-    assert acc["alibi", k, L] > 0.88, (k, acc["alibi", k, L])
+    assert acc["alibi", k, L] > 0.85, (k, acc["alibi", k, L])
     assert acc["sinusoidal", k, L] > 0.6
     assert all(acc["none", k, n] < 0.35 for n in TEST_LENGTHS)
     # Absolute schemes lose about half at 2L and most at 4L ...
     for p in absolute:
-        assert acc[p, k, 2 * L] < 0.65 and acc[p, k, 4 * L] < 0.35
-        assert acc[p, k, L] - acc[p, k, 2 * L] > 0.3
-    # ... relative ones keep most of it at 2L ...
-    for p in relative:
+        assert acc[p, k, 2 * L] < 0.65
+        assert acc[p, k, 4 * L] < 0.35
+        assert acc[p, k, L] - acc[p, k, 2 * L] > 0.3  # 0.39 and more
+    # ... relative ones keep most of it at 2L (RoPE, ALiBi and Shaw
+    # 0.75 and more), T5 at least half (0.55) ...
+    for p in ("rope", "alibi", "shaw"):
         assert acc[p, k, 2 * L] > 0.65, (p, k, acc[p, k, 2 * L])
-    # ... and at 4L Shaw, ALiBi and RoPE beat every absolute scheme.
+    assert acc["t5", k, 2 * L] > 0.45, (k, acc["t5", k, 2 * L])
+    # ... and at 4L Shaw, ALiBi and RoPE beat every absolute scheme, by
+    # 0.11 and more.
     for p in ("shaw", "alibi", "rope"):
-        assert acc[p, k, 4 * L] > max(acc[a, k, 4 * L] for a in absolute)
+        _best_absolute = max(acc[a, k, 4 * L] for a in absolute)
+        assert acc[p, k, 4 * L] > _best_absolute + 0.05, (p, k)
     assert max(acc[p, k, 4 * L] for p in relative) > 0.7
 
 # %% [markdown]
 # What holds for each of the three models of every scheme, in the runs of
 # this chapter we made with `BOOK_SEED` 0, 1 and 2 (five different
 # models per scheme, since run $b$ trains the models $b$, $b + 1$,
-# $b + 2$):
+# $b + 2$), each with this CPU's own kernels and with plain SSE ones
+# (`make seed-sweep`; the measured table is `notebooks/sweeps/09.json`):
 #
 # - **The learned table and every relative scheme learn the task** at
-#   the training length: 93% and more, ALiBi 92% and more. **None**
+#   the training length: 98% and more, ALiBi 90% and more. **None**
 #   cannot, at any length: it scores about what a guess among the
 #   symbols present scores.
 # - **Absolute positions do not extrapolate.** Sinusoidal and learned
 #   lose about half their accuracy at $2L$ and most of it at $4L$, and
 #   by the marker's position they fail where the answer lies past the
 #   trained positions, as the first figure showed.
-# - **Relative schemes keep most of their accuracy at $2L$**, and at $4L$
-#   Shaw, ALiBi and RoPE all stay well above the absolute schemes.
+# - **Relative schemes keep most of their accuracy at $2L$** (RoPE,
+#   ALiBi and Shaw 75% and more; T5, the least steady, 55% and more),
+#   and at $4L$ Shaw, ALiBi and RoPE all stay above the absolute
+#   schemes, by 11 points or more.
 #
 # One thing did not hold for every model: the sinusoidal scheme learnt
 # more slowly than the others, and one of its five models reached only
-# 70% to 80% at the training length in 300 steps (the other four 93% or
-# more). Which of the two depends on the machine: the same seeds on two
+# 79% to 80% at the training length in 300 steps (the other four 97% or
+# more; on other machines, that model has landed between 70% and 80%).
+# Which of the two depends on the machine: the same seeds on two
 # CPUs whose vector units add in a different order give slightly
 # different rounding, and a model at the edge of learning the task in
 # time goes one way or the other. A claim that survives five models
@@ -948,8 +960,9 @@ for p in ("shaw", "alibi", "rope"):
 # - On recalling the symbol after a marker, trained on up to 8 symbols,
 #   every scheme with positions fits the training lengths (sinusoidal
 #   the least reliably); absolute schemes lose about half at 16 symbols
-#   and most at 32, relative ones keep most of it at 16, and Shaw, ALiBi
-#   and RoPE stay well above the absolute schemes at 32.
+#   and most at 32, relative ones keep most of it at 16 (T5 the least
+#   steadily), and Shaw, ALiBi and RoPE stay above the absolute schemes
+#   at 32, by 11 points or more over the sweep.
 #
 # ## Exercises
 #

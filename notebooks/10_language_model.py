@@ -393,16 +393,23 @@ print(f"held-out perplexity {final_ppl:.1f} per token "
       "per character)")
 
 # %% tags=["remove-cell"]
-assert final_ppl < 20, final_ppl
+# 19.5 to 19.7 over the sweep (notebooks/sweeps/10.json)
+assert final_ppl < 21, final_ppl
+_bits = nats_per_char / math.log(2)
+assert 2.0 < _bits < 2.25, _bits  # "about 2.1 bits per character"
 assert final_ppl < untrained_ppl / 20
 _at_150 = history["eval_ppl"][history["eval_step"].index(150)]
 assert math.log(untrained_ppl / _at_150) > 3 * math.log(_at_150 / final_ppl)
 
 # %% [markdown]
-# The held-out perplexity falls from the hundreds to under 20 per token,
-# about 2.1 bits per character of documentation (the numbers printed
-# above are this run's): the model now hesitates, on average, between
-# some eighteen continuations out of 512. Most of the gain, measured on
+# The held-out perplexity falls from the hundreds to about 20 per token
+# (19.5 to 19.7 over the book's sweep of seeds and CPU kernels; the
+# numbers printed above are this run's), about 2.1 bits per character of
+# documentation: the model now hesitates, on average, between some twenty
+# continuations out of 512. That is text it has not read: before the
+# split removed the repeated paragraphs, the same model scored about 18
+# on a held-out text that was partly a copy of its training text, and we
+# would have believed it better than it is. Most of the gain, measured on
 # the log scale of the chart below, comes in the first 150 steps; the
 # rest is slow work on the remaining surprise.
 
@@ -590,11 +597,21 @@ shares.round(3)
 # %% tags=["remove-cell"]
 _distinct, _unseen = shares["distinct pairs"], shares["unseen words"]
 assert _distinct["greedy (τ = 0)"] < 0.5 * _distinct["τ = 1.0"]
-assert _unseen["τ = 1.5"] > _unseen["τ = 1.0"] + 0.05
-assert _unseen["top-k, k = 10"] < _unseen["τ = 1.5"] - 0.05
-assert _unseen["top-p, p = 0.9"] < _unseen["τ = 1.5"] - 0.05
+assert _unseen["τ = 1.5"] > _unseen["τ = 1.0"]
+assert _unseen["top-k, k = 10"] < _unseen["τ = 1.5"]
+assert _unseen["top-p, p = 0.9"] < _unseen["τ = 1.5"]
 assert _distinct["top-k, k = 10"] > 0.8 * _distinct["τ = 1.0"]
 assert _distinct["top-p, p = 0.9"] > 0.8 * _distinct["τ = 1.0"]
+
+# %% [markdown]
+# Over the book's sweep the greedy samples repeated every word pair (no
+# pair occurred once), while at $\tau = 1$ 92% to 96% of the pairs
+# occurred once. Unseen words rose from 37%-42% at $\tau = 1$ to 44%-50%
+# at $\tau = 1.5$ (many "words" here are code and punctuation, so the
+# share is high at every setting). Top-$k$ and top-$p$ kept 89% to 94%
+# distinct pairs, close to $\tau = 1$'s variety, with fewer unseen words
+# than $\tau = 1.5$ (29% to 40%). The checks assert each of these
+# orderings, which held in every run.
 
 
 # %% [markdown]
@@ -892,7 +909,8 @@ _plain_last = plain_by_place[-4:].mean()
 assert _xl_first < 0.8 * _plain_first, (_xl_first, _plain_first)
 assert plain_by_place[0] > 1.5 * _plain_last
 assert _xl_first < 1.15 * _plain_last, (_xl_first, _plain_last)
-assert abs(math.log(xl_by_place[-4:].mean() / _plain_last)) < math.log(1.05)
+# At most 4.7% apart over the sweep.
+assert abs(math.log(xl_by_place[-4:].mean() / _plain_last)) < math.log(1.08)
 
 # %% [markdown]
 # The plain model's perplexity is worst at the first place of a segment,
@@ -900,7 +918,8 @@ assert abs(math.log(xl_by_place[-4:].mean() / _plain_last)) < math.log(1.05)
 # model starts every segment with sixteen tokens in view, and its curve
 # stays near the level the plain model reaches only at the end of its
 # segments. Most of its gain is at those first places; at the last
-# ones the two are within a few percent, which says how little a model
+# ones the two are within a few percent (at most 5% apart over the
+# sweep), which says how little a model
 # of this size makes of context beyond a dozen tokens.
 #
 # ### A task that needs the memory
@@ -970,8 +989,10 @@ assert repeat_xl > 0.95, repeat_xl
 #   as `is_causal=True` with no mask, which keeps FlashAttention
 #   eligible on a GPU.
 # - Python's `pydoc_data` documentation, 512 BPE tokens, 400 steps of
-#   64 x 16 tokens: a held-out **perplexity** of about 18 per token,
-#   about 2.1 bits per character, in under a minute on one CPU thread.
+#   64 x 16 tokens: a held-out **perplexity** of about 20 per token
+#   (19.5 to 19.7 over the seeds and kernels we swept), about 2.1 bits
+#   per character, on a held-out text that shares no stretch of 60
+#   characters with the training text.
 # - **Sampling**: temperature sharpens or flattens the distribution;
 #   top-$k$ and top-$p$ cut its tail, ties kept together. Greedy text
 #   loops; higher temperatures give less likely text, measurably. The

@@ -369,27 +369,40 @@ results.round({"test accuracy": 4, "moved test accuracy": 4,
                "training seconds": 1})
 
 # %% tags=["remove-cell"]
+# Floors from the sweep (notebooks/sweeps/11.json) less a margin; the
+# ViT's 0.9644 is BOOK_SEED 0 on an AVX-512 machine.
 _moved = results["moved test accuracy"]
-assert vit_accuracy >= 0.95, vit_accuracy
+assert vit_accuracy >= 0.94, vit_accuracy
 assert cnn_log["accuracy"][-1] >= 0.97, cnn_log
 assert logistic_accuracy >= 0.95, logistic_accuracy
 assert abs(vit_accuracy - logistic_accuracy) < 0.03, results
 assert _moved["ViT"] >= 0.9, results
-assert _moved["small CNN"] >= 0.95, results
+assert _moved["small CNN"] >= 0.93, results
 assert _moved["logistic regression"] < 0.5, results
 assert _moved["ViT"] > _moved["logistic regression"] + 0.4, results
 assert cnn_log["accuracy"][-1] >= vit_accuracy - 0.01, results
 assert vit_log["seconds"] > cnn_log["seconds"]
 
 # %% [markdown]
-# All three read the held-out handwriting well (the numbers printed
-# above are this run's; over the seeds 0, 1 and 2 the ViT scored 97.6%
-# to 98.0%, the CNN 98.4% to 99.1%, logistic regression 96.4% to
-# 97.1%). The ViT beats the linear model by about a point, and the
-# CNN matches or beats the ViT with a tenth of the epochs: on 1,347
-# images, the ViT's generality buys little. What the table hides is
-# the cost. The curves below show each network's test accuracy as
-# training goes on:
+# All three read the held-out handwriting well. The numbers printed
+# above are this run's; over the book's sweep (`BOOK_SEED` 0 to 2, each
+# with this CPU's own kernels and with plain SSE ones, `make
+# seed-sweep`), the ViT scored 97.6% to 98.0%, the CNN 98.4% to 99.1%
+# and logistic regression 96.4% to 97.1%. On another machine, with
+# AVX-512 kernels, the ViT of `BOOK_SEED` 0 scored 96.4%: below the
+# linear model. On the digits as they are, the ViT and the linear
+# model are within a point or so of each other, and which one is ahead
+# depends on the seed and the machine, so the book does not rank them.
+#
+# The last column does. It is the same test digits, each moved by up to
+# a pixel. Logistic regression falls to 37% to 38%: its weights belong
+# to fixed pixels, and a stroke one pixel over lands on other weights.
+# The ViT (96.4% to 97.1%) and the CNN (96.0% to 97.6%) barely notice;
+# both were trained on shifted digits, and both read a patch or a
+# neighbourhood with the same weights wherever it is. The CNN matches
+# or beats the ViT with a tenth of the epochs: on 1,347 images, the
+# ViT's generality buys little. What the table hides is the cost. The
+# curves below show each network's test accuracy as training goes on:
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.6))
@@ -673,18 +686,18 @@ by_digits.round(3)
 
 # %% tags=["remove-cell"]
 assert torch.equal(greedy, cached)
-assert right.float().mean().item() >= 0.90, by_digits
-assert right_beam.float().mean().item() >= 0.90, by_digits
+assert right.float().mean().item() >= 0.89, by_digits
+assert right_beam.float().mean().item() >= 0.89, by_digits
 assert abs(right_beam.float().mean() - right.float().mean()) < 0.03
 _by_k = by_digits["exact match (greedy)"]
 assert _by_k[0] > _by_k[2], by_digits  # one digit easier than three
 
 # %% [markdown]
-# Over the seeds 0, 1 and 2 the reader got 93%, 94% and 95% of the test
-# numbers exactly right (greedy; the numbers above are this run's).
-# Three-digit numbers are the hardest (91% to 92%): every one of their
-# digits must be read right, by a frozen ViT that misreads about two
-# digits in a hundred, and the errors add up.
+# Over the sweep the reader got 92.8% to 95.7% of the test numbers
+# exactly right (greedy; the numbers above are this run's).
+# Three-digit numbers are the hardest (90.7% to 93.9%): every one of
+# their digits must be read right, by a frozen ViT that misreads about
+# two digits in a hundred, and the errors add up.
 
 # %% [markdown]
 # The KV cache gives the same words as decoding without it, and beam
@@ -821,12 +834,17 @@ print(f"three-digit test numbers: {len(three)}; the hundreds word puts "
       f"{17 / 51:.0%} of the memory)")
 
 # %% tags=["remove-cell"]
-assert share >= 0.90, share
+# 0.946 to 1 over the sweep; 0.883 for BOOK_SEED 5.
+assert share >= 0.85, share
 
 # %% [markdown]
-# Nothing told the model where the digits are, or that the first word
-# is about the first digit. Trained only to write the right words, its
-# cross-attention learned to read the image in order.
+# Over the sweep, the hundreds word put most of its weight on the first
+# digit's cell in 95% to 100% of the three-digit numbers (88% for one
+# seed outside it, `BOOK_SEED` 5), where a third of the memory would get
+# a third of the weight by chance. Nothing told the model where the
+# digits are, or that the first word is about the first digit. Trained
+# only to write the right words, its cross-attention learned to read
+# the image in order.
 #
 # ## Text and images: what changes and what stays
 #
@@ -854,18 +872,23 @@ assert share >= 0.90, share
 #   learned positions, puts a learned class token in front, and runs
 #   chapter 5's encoder. The class token's output is classified.
 # - On scikit-learn's 8 x 8 digits, a ViT of about 135,000 parameters
-#   reached 97.6% to 98.0% on held-out handwriting in 150 epochs; a CNN
-#   of about the same size reached 98% to 99% in 15, and logistic
-#   regression on the pixels 96% to 97%. The ViT has to learn the
-#   locality a convolution is given.
-# - Its learned positions became similar for neighbouring patches; its
-#   class token attends to the inked patches.
+#   reached 96.4% to 98.0% on held-out handwriting in 150 epochs (over
+#   the seeds and CPUs we ran); a CNN of about the same size reached 98%
+#   to 99% in 15, and logistic regression on the pixels 96% to 97%. On
+#   the same digits moved by up to a pixel the linear model falls to
+#   under 40%, while the ViT and the CNN stay above 90% (96% to 98% in
+#   the sweep). The ViT has to learn the locality a convolution is
+#   given.
+# - Its learned positions became more similar for neighbouring patches
+#   than for distant ones; where its class token looks in the last
+#   layer need not follow the ink.
 # - An **image-to-text** model is a ViT encoder whose patch outputs are
 #   the memory of the text decoder. Decoding, greedy or beam, with or
 #   without the KV cache, is the same code; it asks the model for its
 #   memory mask. With the trained ViT frozen as its encoder, reading
-#   each digit cell through a window mask, it read 93% to 95% of the
-#   test numbers exactly (seeds 0 to 2), three-digit numbers hardest;
+#   each digit cell through a window mask, it read 93% to 96% of the
+#   test numbers exactly (over the sweep), three-digit numbers hardest;
+#   its misreadings are confident ones, which beam search cannot mend;
 #   and its cross-attention reads the digits in the order the words
 #   name them.
 #

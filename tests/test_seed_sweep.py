@@ -107,3 +107,18 @@ def test_the_grid_is_seeds_by_kernels_then_seeds_by_threads():
             "MKL_ENABLE_INSTRUCTIONS",
             "ONEDNN_MAX_CPU_ISA",
         }
+
+
+def test_a_loop_collapses_to_one_row_with_its_worst_pass():
+    def claim(n, value):
+        return {"cell": 1, "text": "d < 3", "n": n, "ops": ["<"],
+                "values": [value, 3.0], "passed": value < 3}  # fmt: skip
+
+    results = {
+        ("ch", "a"): {"claims": [claim(0, 1.0), claim(1, 2.5)]},
+        ("ch", "b"): {"claims": [claim(0, 1.5), claim(1, 2.0)]},
+    }
+    (row,) = seed_sweep.collapse(seed_sweep.claim_table("ch", results))
+    assert row["evaluations"] == 2 and row["failed_in"] == []
+    assert row["worst_margin"] == pytest.approx(0.5)
+    assert row["ranges"] == [[1.0, 2.5], [3.0, 3.0]]

@@ -223,7 +223,11 @@ def margin_of(claim: dict) -> float | None:
 
 def claim_table(stem: str, results: dict) -> list[dict]:
     """Per assert of one chapter: the floor, worst value, spread, margin."""
-    runs = {name: r for (s, name), r in results.items() if s == stem}
+    runs = {
+        name: r
+        for (s, name), r in results.items()
+        if s == stem and not r.get("missing")
+    }
     rows: dict[tuple, dict] = {}
     for name, result in runs.items():
         for claim in result["claims"]:
@@ -267,6 +271,41 @@ def claim_table(stem: str, results: dict) -> list[dict]:
     return table
 
 
+def collapse(table: list[dict]) -> list[dict]:
+    """One row per assert statement: the passes of a loop together (the
+    worst margin over them, each operand's range over all of them)."""
+    rows: dict[tuple, dict] = {}
+    for row in table:
+        key = (row["cell"], row["assert"])
+        out = rows.setdefault(
+            key,
+            {
+                "cell": row["cell"],
+                "assert": row["assert"],
+                "evaluations": 0,
+                "runs": row["runs"],
+                "failed_in": set(),
+            },
+        )
+        out["evaluations"] += 1
+        out["failed_in"] |= set(row["failed_in"])
+        if "worst_margin" in row:
+            out["worst_margin"] = min(
+                out.get("worst_margin", float("inf")), row["worst_margin"]
+            )
+            out["spread"] = max(out.get("spread", 0.0), row["spread"])
+            if out["evaluations"] == 1:
+                out["ranges"] = [list(r) for r in row["ranges"]]
+            elif len(out.get("ranges", [])) == len(row["ranges"]):
+                out["ranges"] = [
+                    [min(a[0], b[0]), max(a[1], b[1])]
+                    for a, b in zip(out["ranges"], row["ranges"], strict=True)
+                ]
+    for out in rows.values():
+        out["failed_in"] = sorted(out["failed_in"])
+    return list(rows.values())
+
+
 def report(notebooks, grid, results: dict, record: Path | None) -> int:
     names = [setting_name(*s) for s in grid]
     print("\n| chapter | " + " | ".join(names) + " |")
@@ -276,7 +315,10 @@ def report(notebooks, grid, results: dict, record: Path | None) -> int:
         for name in names:
             r = results[nb.stem, name]
             bad = len(failures(r))
-            cells.append(f"{'ok' if not bad else f'{bad} failed'}")
+            if r.get("missing"):
+                cells.append("-")
+            else:
+                cells.append(f"{'ok' if not bad else f'{bad} failed'}")
         print(f"| {nb.stem} | " + " | ".join(cells) + " |")
     any_failed = False
     for (stem, name), r in sorted(results.items()):
@@ -322,12 +364,38 @@ def report(notebooks, grid, results: dict, record: Path | None) -> int:
                     "failures": failures(r),
                 }
                 for (s, name), r in results.items()
-                if s == nb.stem
+                if s == nb.stem and not r.get("missing")
             }
             (record / f"{nb.stem[:2]}.json").write_text(
-                json.dumps({"runs": runs, "claims": table}, indent=1) + "\n"
+                json.dumps(
+                    {"runs": runs, "claims": collapse(table)}, indent=1
+                )
+                + "\n"
             )
     return 1 if any_failed else 0
+
+
+def collect(folders: list[Path], record: Path | None) -> int:
+    """The report of runs saved by earlier sweeps (later folders win)."""
+    results, names = {}, {}
+    for folder in folders:
+        for path in sorted(folder.glob("*/s*-*-t*.json")):
+            results[path.parent.name, path.stem] = load(path)
+            names[path.stem] = None
+    seeds_kernels_threads = sorted(
+        (int(n.split("-")[0][1:]), n.split("-")[1], int(n.split("-")[2][1:]))
+        for n in names
+    )
+    grid = sorted(seeds_kernels_threads, key=lambda g: (g[2], g[0], g[1]))
+    stems = sorted({stem for stem, _ in results})
+    notebooks = [Path(stem) for stem in stems]
+    for stem in stems:  # a chapter not run in a setting: shown as missing
+        for g in grid:
+            results.setdefault(
+                (stem, setting_name(*g)),
+                {"claims": [], "errors": [], "missing": True},
+            )
+    return report(notebooks, grid, results, record)
 
 
 def words(text: str) -> list[str]:
@@ -348,11 +416,17 @@ def main() -> int:
         default=None,
         help="write each chapter's claim table to DIR/NN.json",
     )
+    parser.add_argument(
+        "--collect", type=Path, nargs="+", default=None,
+        help="report on the runs saved under these --out folders (no run)",
+    )
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--one-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
         return execute(args.one.resolve(), args.one_out.resolve())
+    if args.collect:
+        return collect(args.collect, args.record)
     if not args.notebooks:
         parser.error("name at least one notebook")
     for name in words(args.kernels):
