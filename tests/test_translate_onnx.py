@@ -2,13 +2,20 @@
 the tokens PyTorch gives, greedy and beam, and the command line exports
 them and translates with them."""
 
+import json
 import shutil
+from dataclasses import replace
 
 import pytest
 import torch
 
 from transformer_lite.decoding import beam_search, greedy_decode
-from transformer_lite.shipping.export import onnx_paths
+from transformer_lite.shipping.export import (
+    export_onnx,
+    manifest_path,
+    onnx_paths,
+    weights_fingerprint,
+)
 from transformer_lite.shipping.runtime import (
     CompiledTransformer,
     OnnxTransformer,
@@ -169,3 +176,115 @@ def test_an_uncompiled_runtime_decodes_without_dropout(tiny_translator):
         assert model.training  # the caller's model is left as it was
     finally:
         model.eval()
+
+
+def copy_shipped(shipped, tmp_path):
+    """A private copy of the exported files, to tamper with."""
+    directory, _ = shipped
+    for path in directory.iterdir():
+        shutil.copy(path, tmp_path / path.name)
+    return tmp_path
+
+
+def test_a_retrained_checkpoint_is_not_translated_with_old_graphs(
+    tiny_translator, shipped, tmp_path, capsys
+):
+    # Before: --runtime onnx translated with the old weights, status 0.
+    directory = copy_shipped(shipped, tmp_path)
+    model = directory / "de-en.pt"
+    translator = Translator.load(model)
+    with torch.no_grad():
+        translator.model.generator.weight.add_(0.01)  # "retrained"
+    translator.save(model)
+    status = main(["--runtime", "onnx", "--model", str(model), "zwölf"])
+    err = capsys.readouterr().err
+    assert status == 2 and "other weights" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_graphs_that_do_not_match_the_config_are_named(
+    tiny_translator, shipped, tmp_path
+):
+    # Before: a smaller vocabulary printed ONNX Runtime's own log line,
+    # then "unexpected InvalidArgument"; another config failed at decode.
+    directory = copy_shipped(shipped, tmp_path)
+    config = tiny_translator.translator.model.config
+    other = replace(config, tgt_vocab=config.tgt_vocab - 1)
+    with pytest.raises(ValueError, match="another configuration .*tgt_vocab"):
+        OnnxTransformer(directory, other, stem="de-en")
+    deeper = replace(config, n_layers=config.n_layers + 1)
+    with pytest.raises(ValueError, match="differs in n_layers"):
+        OnnxTransformer(directory, deeper, stem="de-en")
+
+
+def test_a_truncated_or_replaced_graph_is_named(
+    tiny_translator, shipped, tmp_path, capfd
+):
+    # Before: a truncated graph raised InvalidProtobuf, not ValueError.
+    directory = copy_shipped(shipped, tmp_path)
+    config = tiny_translator.translator.model.config
+    step = onnx_paths(directory, "de-en")["step"]
+    data = step.read_bytes()
+    step.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="de-en.step.onnx is not the file"):
+        OnnxTransformer(directory, config, stem="de-en")
+    step.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))  # same size
+    with pytest.raises(ValueError, match="its SHA-256 differs"):
+        OnnxTransformer(directory, config, stem="de-en")
+    step.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="is not a graph ONNX Runtime"):
+        onnx_session(step)  # the session alone: a clear error too
+    assert "\x1b[" not in capfd.readouterr().err  # no runtime log line
+
+
+@pytest.mark.parametrize("text", ["not json", "[1, 2]", '{"format": "other"}'])
+def test_a_bad_manifest_is_named(tiny_translator, shipped, tmp_path, text):
+    directory = copy_shipped(shipped, tmp_path)
+    config = tiny_translator.translator.model.config
+    manifest_path(directory, "de-en").write_text(text)
+    with pytest.raises(ValueError, match="de-en.onnx.json"):
+        OnnxTransformer(directory, config, stem="de-en")
+    manifest_path(directory, "de-en").unlink()
+    with pytest.raises(ValueError, match="no manifest"):
+        OnnxTransformer(directory, config, stem="de-en")
+
+
+def test_the_graphs_make_the_models_input_checks(
+    tiny_translator, shipped, held_out
+):
+    # Before: a source longer than max_len failed inside ONNX Runtime
+    # ("broadcast 16 by 20"), an int32 source raised InvalidArgument.
+    _, graphs = shipped
+    config = tiny_translator.translator.model.config
+    long = torch.full((1, config.max_len + 1), 5)
+    with pytest.raises(ValueError, match="max_len is"):
+        graphs.encode(long)
+    with pytest.raises(ValueError, match="src holds token ids"):
+        graphs.encode(torch.full((1, 3), config.src_vocab))
+    with pytest.raises(ValueError, match="integer token ids"):
+        graphs.encode(held_out.float())
+    options = dict(max_len=30, bos_id=BOS_ID, eos_id=EOS_ID, use_cache=True)
+    as_int32 = greedy_decode(graphs, held_out.int(), **options)
+    assert torch.equal(as_int32, greedy_decode(graphs, held_out, **options))
+
+
+def test_export_replaces_files_and_never_follows_a_link(
+    tiny_translator, tmp_path
+):
+    # Before: a link planted at a graph's path made export overwrite its
+    # target, and a dangling link created its target.
+    model = tiny_translator.translator.model
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    paths = onnx_paths(tmp_path, "m")
+    paths["cross"].symlink_to(victim)
+    paths["step"].symlink_to(tmp_path / "created-by-export")
+    export_onnx(model, tmp_path, stem="m")
+    assert victim.read_text() == "keep me"
+    assert not (tmp_path / "created-by-export").exists()
+    assert not any(p.is_symlink() for p in paths.values())
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left
+    manifest = json.loads(manifest_path(tmp_path, "m").read_text())
+    assert manifest["weights"] == weights_fingerprint(model)
+    OnnxTransformer(tmp_path, model.config, stem="m",
+                    weights=weights_fingerprint(model))  # fmt: skip

@@ -18,6 +18,9 @@ length and target length are dynamic (up to the model's ``max_len``).
 """
 
 import contextlib
+import functools
+import hashlib
+import json
 import logging
 import os
 import warnings
@@ -30,21 +33,28 @@ from torch.export import Dim, ExportedProgram
 
 from transformer_lite.cache import DecoderCache
 from transformer_lite.extras import require
-from transformer_lite.model import Transformer, check_widths
+from transformer_lite.model import Transformer, TransformerConfig, check_widths
 from transformer_lite.tokens import BOS_ID
+from transformer_lite.training.checkpoint import write_atomically
 
 __all__ = [
     "GRAPHS",
+    "MANIFEST_FORMAT",
     "CrossGraph",
     "DecoderStep",
     "EncoderGraph",
     "export_onnx",
     "export_programs",
     "graph_inputs",
+    "graph_names",
+    "manifest_path",
     "onnx_paths",
+    "weights_fingerprint",
 ]
 
 GRAPHS = ("encoder", "cross", "step")  # one file each, in this order
+# The manifest beside the graphs: what they were exported from.
+MANIFEST_FORMAT = "transformer-lite onnx 1"
 
 
 def _check_model(model: nn.Module) -> Transformer:
@@ -238,9 +248,11 @@ def export_programs(model: Transformer) -> dict[str, ExportedProgram]:
         }
 
 
-def _names(model: Transformer) -> dict[str, tuple[list[str], list[str]]]:
+def graph_names(
+    config: TransformerConfig,
+) -> dict[str, tuple[list[str], list[str]]]:
     """Input and output names of each graph in the ONNX files."""
-    n = model.config.n_layers
+    n = config.n_layers
     kv = [f"{kind}_{i}" for i in range(n) for kind in ("key", "value")]
     past, cross = [f"past_{x}" for x in kv], [f"cross_{x}" for x in kv]
     return {
@@ -253,10 +265,27 @@ def _names(model: Transformer) -> dict[str, tuple[list[str], list[str]]]:
     }
 
 
+def weights_fingerprint(model: nn.Module) -> str:
+    """A SHA-256 of every parameter and buffer (name, dtype, shape and
+    bytes, in ``state_dict`` order): which weights a graph was made of."""
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        digest.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
 def onnx_paths(directory: str | os.PathLike, stem: str) -> dict[str, Path]:
     """Where :func:`export_onnx` writes each graph:
     ``directory/stem.encoder.onnx`` and so on."""
     return {name: Path(directory) / f"{stem}.{name}.onnx" for name in GRAPHS}
+
+
+def manifest_path(directory: str | os.PathLike, stem: str) -> Path:
+    """Where :func:`export_onnx` records what the graphs were made from:
+    ``directory/stem.onnx.json``."""
+    return Path(directory) / f"{stem}.onnx.json"
 
 
 def export_onnx(
@@ -276,7 +305,8 @@ def export_onnx(
         programs = export_programs(model)
     paths = onnx_paths(directory, stem)
     Path(directory).mkdir(parents=True, exist_ok=True)
-    names = _names(model)
+    names = graph_names(model.config)
+    blobs = {}
     for name, program in programs.items():
         inputs, outputs = names[name]
         with _quiet():
@@ -288,8 +318,30 @@ def export_onnx(
                 optimize=True,
                 verbose=False,
             )
-        onnx_program.save(paths[name], external_data=False)
+        blobs[name] = onnx_program.model_proto.SerializeToString()
+    files = {}
+    for name, blob in blobs.items():  # each file whole, or not at all
+        write_atomically(paths[name], functools.partial(_write, blob))
+        files[name] = {
+            "file": paths[name].name,
+            "bytes": len(blob),
+            "sha256": hashlib.sha256(blob).hexdigest(),
+        }
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "config": model.config.to_dict(),
+        "weights": weights_fingerprint(model),
+        "graphs": files,
+    }
+    text = json.dumps(manifest, indent=1, sort_keys=True).encode()
+    # Last: a manifest vouches only for graphs already in place.
+    write_atomically(manifest_path(directory, stem),
+                     functools.partial(_write, text))  # fmt: skip
     return paths
+
+
+def _write(data: bytes, file) -> None:
+    file.write(data)
 
 
 @contextlib.contextmanager

@@ -11,6 +11,8 @@ runtimes' rounding differs.
 """
 
 import copy
+import hashlib
+import json
 import os
 import warnings
 from pathlib import Path
@@ -25,19 +27,27 @@ from transformer_lite.extras import require
 from transformer_lite.model import Transformer, TransformerConfig
 from transformer_lite.shipping.export import (
     GRAPHS,
+    MANIFEST_FORMAT,
     CrossGraph,
     DecoderStep,
     EncoderGraph,
     export_programs,
+    graph_names,
+    manifest_path,
     onnx_paths,
 )
+from transformer_lite.tokens import check_token_ids
 
 __all__ = [
     "CompiledTransformer",
     "GraphTransformer",
     "OnnxTransformer",
     "onnx_session",
+    "read_manifest",
 ]
+
+QUIET = 4  # ONNX Runtime's severity for "fatal only": it prints nothing
+MAX_MANIFEST_BYTES = 1 << 20  # a manifest is a few KB; refuse a huge one
 
 
 def onnx_session(path: str | os.PathLike, *, threads: int | None = None):
@@ -48,13 +58,82 @@ def onnx_session(path: str | os.PathLike, *, threads: int | None = None):
         raise ValueError(f"no ONNX file at {path}; export the model first")
     if threads is not None:
         check_int("threads", threads, low=1)
+    ort.set_default_logger_severity(QUIET)  # its own red log lines
     options = ort.SessionOptions()
+    options.log_severity_level = QUIET
     if threads is not None:
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
-    return ort.InferenceSession(
-        str(path), options, providers=["CPUExecutionProvider"]
-    )
+    try:
+        return ort.InferenceSession(
+            str(path), options, providers=["CPUExecutionProvider"]
+        )
+    except Exception as error:  # noqa: BLE001 - InvalidProtobuf and kin
+        first = str(error).strip().splitlines()[0][:200] if str(error) else ""
+        raise ValueError(
+            f"{path} is not a graph ONNX Runtime can read "
+            f"({type(error).__name__}: {first}); export the model again"
+        ) from None
+
+
+def read_manifest(
+    directory: str | os.PathLike, stem: str, config: TransformerConfig
+) -> dict:
+    """The manifest :func:`~transformer_lite.shipping.export.export_onnx`
+    wrote beside the graphs, checked as untrusted input: its format, the
+    config it records against ``config``, and every graph file's size
+    and SHA-256 against what it records. Raises a ``ValueError`` naming
+    the file that is wrong."""
+    path = manifest_path(directory, stem)
+    if not path.is_file():
+        raise ValueError(
+            f"no manifest at {path}: the graphs were not written by this "
+            "version's export; export the model again"
+        )
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise ValueError(f"{path} is too large to be a manifest")
+    try:
+        manifest = json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a manifest: {error}") from None
+    keys = {"format", "config", "weights", "graphs"}
+    if not isinstance(manifest, dict) or set(manifest) != keys:
+        raise ValueError(f"{path} is not a manifest of {MANIFEST_FORMAT!r}")
+    if manifest["format"] != MANIFEST_FORMAT:
+        raise ValueError(
+            f"{path} has format {manifest['format']!r}; expected "
+            f"{MANIFEST_FORMAT!r}: export the model again"
+        )
+    stored, expected = manifest["config"], config.to_dict()
+    if stored != expected:
+        differ = sorted(
+            k for k in set(expected) | set(stored if isinstance(stored,
+                                                                dict) else {})
+            if not isinstance(stored, dict) or stored.get(k) != expected.get(k)
+        )  # fmt: skip
+        raise ValueError(
+            f"the graphs at {path.parent} were exported from another "
+            f"configuration (differs in {', '.join(differ)}): export the "
+            "model again"
+        )
+    graphs = manifest["graphs"]
+    for name, file in onnx_paths(directory, stem).items():
+        record = graphs.get(name) if isinstance(graphs, dict) else None
+        if not isinstance(record, dict) or record.get("file") != file.name:
+            raise ValueError(f"{path} does not describe {file.name}")
+        if not file.is_file():
+            raise ValueError(f"no ONNX file at {file}; export the model first")
+        data = file.read_bytes() if file.stat().st_size == record.get(
+            "bytes") else None  # fmt: skip
+        if data is None or hashlib.sha256(data).hexdigest() != record.get(
+            "sha256"
+        ):
+            raise ValueError(
+                f"{file} is not the file that was exported (its size or "
+                "its SHA-256 differs from the manifest's): export the "
+                "model again"
+            )
+    return manifest
 
 
 def _numpy(x: Tensor) -> np.ndarray:
@@ -86,9 +165,24 @@ class GraphTransformer(nn.Module):
         outputs in order (the names of ``export_onnx``)."""
         raise NotImplementedError
 
+    def _check_tokens(self, tokens: Tensor, vocab: int, name: str) -> Tensor:
+        """The torch model's checks, made before a graph runs: a (B, L)
+        tensor of int64 or int32 ids in the vocabulary (read on the CPU,
+        where the graphs run), no longer than ``max_len``; as int64."""
+        check_token_ids(tokens, vocab, name)
+        if tokens.numel() == 0:
+            raise ValueError(f"{name} is empty: shape {tuple(tokens.shape)}")
+        return tokens.long()
+
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids (B, S) -> memory (B, S, C). The graph builds the
         padding mask itself; another ``src_mask`` is refused."""
+        src = self._check_tokens(src, self.config.src_vocab, "src")
+        if src.size(1) > self.config.max_len:
+            raise ValueError(
+                f"src has {src.size(1)} positions; max_len is "
+                f"{self.config.max_len}"
+            )
         (memory,) = self.run_graph("encoder", {"src": src})
         if src_mask is not None:
             padding = (src != self.config.pad_id).unsqueeze(1)  # (B, 1, S)
@@ -117,6 +211,12 @@ class GraphTransformer(nn.Module):
                 "the exported decoder runs one cached step: pass the "
                 "newest token (B, 1) and cache=model.new_cache() (in "
                 "greedy_decode, use_cache=True)"
+            )
+        tgt = self._check_tokens(tgt, self.config.tgt_vocab, "tgt")
+        if cache.length + 1 > self.config.max_len:
+            raise ValueError(
+                f"the step would be position {cache.length + 1}; max_len "
+                f"is {self.config.max_len}"
             )
         cache.bind(memory)
         B, L = tgt.size(0), cache.length + 1
@@ -168,16 +268,52 @@ class OnnxTransformer(GraphTransformer):
         *,
         stem: str = "model",
         threads: int | None = None,
+        weights: str | None = None,
     ) -> None:
         super().__init__(config)
         paths = onnx_paths(directory, stem)
+        missing = [p for p in paths.values() if not p.is_file()]
+        if missing:
+            raise ValueError(
+                f"no ONNX file at {missing[0]}; export the model first"
+            )
+        manifest = read_manifest(directory, stem, config)
+        if weights is not None and manifest["weights"] != weights:
+            raise ValueError(
+                f"the graphs at {Path(directory)} were exported from other "
+                "weights than this model's (a retrained checkpoint?): "
+                "export the model again"
+            )
         self.sessions = {
             name: onnx_session(paths[name], threads=threads) for name in GRAPHS
         }
+        self._run_options = require("onnxruntime", "ship").RunOptions()
+        self._run_options.log_severity_level = QUIET
+        for name, session in self.sessions.items():
+            self._check_signature(name, session, paths[name])
+
+    def _check_signature(self, name: str, session, path: Path) -> None:
+        """The graph's input and output names, and the logits' width, are
+        those the config implies."""
+        inputs, outputs = graph_names(self.config)[name]
+        got_in = [x.name for x in session.get_inputs()]
+        got_out = [x.name for x in session.get_outputs()]
+        if got_in != inputs or got_out != outputs:
+            raise ValueError(
+                f"{path} takes {got_in} and gives {got_out}; the config "
+                f"implies {inputs} and {outputs}"
+            )
+        if name == "step":
+            width = session.get_outputs()[0].shape[-1]
+            if width != self.config.tgt_vocab:
+                raise ValueError(
+                    f"{path} gives logits over {width} tokens; the config "
+                    f"has a target vocabulary of {self.config.tgt_vocab}"
+                )
 
     def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> list[Tensor]:
         arrays = {name: _numpy(x) for name, x in feeds.items()}
-        outputs = self.sessions[graph].run(None, arrays)
+        outputs = self.sessions[graph].run(None, arrays, self._run_options)
         return [torch.from_numpy(x) for x in outputs]
 
 

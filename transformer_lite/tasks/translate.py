@@ -37,7 +37,12 @@ from pathlib import Path
 import torch
 
 from transformer_lite.device import default_device
-from transformer_lite.shipping.export import export_onnx, onnx_paths
+from transformer_lite.shipping.export import (
+    export_onnx,
+    manifest_path,
+    onnx_paths,
+    weights_fingerprint,
+)
 from transformer_lite.shipping.runtime import OnnxTransformer
 from transformer_lite.tasks import corpus, numbers
 from transformer_lite.tasks.metrics import scores
@@ -243,7 +248,8 @@ def _export_command(args: argparse.Namespace) -> int:
     path = _model_path(args)
     translator = Translator.load(path, map_location="cpu")
     paths = export_onnx(translator.model, path.parent, stem=path.stem)
-    print("\n".join(f"wrote {p}" for p in paths.values()))
+    written = [*paths.values(), manifest_path(path.parent, path.stem)]
+    print("\n".join(f"wrote {p}" for p in written))
     return 0
 
 
@@ -259,7 +265,10 @@ def _onnx_translator(path: Path) -> Translator:
         )
     translator = Translator.load(path, map_location="cpu")
     graphs = OnnxTransformer(
-        path.parent, translator.model.config, stem=path.stem
+        path.parent,
+        translator.model.config,
+        stem=path.stem,
+        weights=weights_fingerprint(translator.model),
     )
     tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
     return Translator(graphs, *tokenizers)

@@ -13,10 +13,12 @@ disk and renames it over the target in one step.
 
 import contextlib
 import copy
+import functools
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from torch.optim import Optimizer
@@ -41,6 +43,7 @@ __all__ = [
     "average_checkpoints",
     "load_checkpoint",
     "save_checkpoint",
+    "write_atomically",
 ]
 
 # Config fields a checkpoint may differ in: they change training, not the
@@ -82,12 +85,16 @@ def save_checkpoint(
         "extra": extra,
     }
     check_plain(state, "checkpoint")
-    _write_atomically(state, Path(path))
+    write_atomically(Path(path), functools.partial(torch.save, state))
 
 
-def _write_atomically(state: dict, path: Path) -> None:
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Call ``write(file)`` on a new, uniquely named file in ``path``'s
+    directory, flush it to disk and rename it over ``path``: a reader sees
+    the old file or the new one, never half of one; a planted link at
+    ``path`` is replaced, never followed; a failure leaves nothing."""
     if path.is_dir():
-        raise ValueError(f"cannot save a checkpoint to {path}: a directory")
+        raise ValueError(f"cannot write {path}: it is a directory")
     folder = path.parent
     if not folder.is_dir():
         raise ValueError(f"cannot save {path}: no directory {folder}")
@@ -96,7 +103,7 @@ def _write_atomically(state: dict, path: Path) -> None:
     )  # O_EXCL: a new file, whatever already exists
     try:
         with os.fdopen(fd, "wb") as file:
-            torch.save(state, file)
+            write(file)
             file.flush()
             os.fsync(file.fileno())  # the data on disk before the rename
         os.chmod(temporary, 0o666 & ~_UMASK)  # as open() would create it
