@@ -792,11 +792,11 @@ absolute, relative = ("sinusoidal", "learned"), ("rope", "alibi", "t5",
 # CPU's kernels and SSE ones) less a margin of a third of the spread or
 # more; the worst values seen are in the comments.
 for k in range(N_SEEDS):
-    # Learned and relative schemes fit the training lengths (0.98 and
+    # Learned and relative schemes fit the training lengths (0.94 and
     # more), ALiBi a little less well (0.90), sinusoidal less reliably
     # (0.79); none cannot.
     for p in ("learned", "rope", "t5", "shaw"):
-        assert acc[p, k, L] > 0.93, (p, k, acc[p, k, L])
+        assert acc[p, k, L] > 0.9, (p, k, acc[p, k, L])
     assert acc["alibi", k, L] > 0.85, (k, acc["alibi", k, L])
     assert acc["sinusoidal", k, L] > 0.6
     assert all(acc["none", k, n] < 0.35 for n in TEST_LENGTHS)
@@ -825,7 +825,7 @@ for k in range(N_SEEDS):
 # (`make seed-sweep`; the measured table is `notebooks/sweeps/09.json`):
 #
 # - **The learned table and every relative scheme learn the task** at
-#   the training length: 98% and more, ALiBi 90% and more. **None**
+#   the training length: 94% and more, ALiBi 90% and more. **None**
 #   cannot, at any length: it scores about what a guess among the
 #   symbols present scores.
 # - **Absolute positions do not extrapolate.** Sinusoidal and learned

@@ -393,7 +393,7 @@ print(f"held-out perplexity {final_ppl:.1f} per token "
       "per character)")
 
 # %% tags=["remove-cell"]
-# 19.5 to 19.7 over the sweep (notebooks/sweeps/10.json)
+# 19.3 to 19.7 over the sweep (notebooks/sweeps/10.json)
 assert final_ppl < 21, final_ppl
 _bits = nats_per_char / math.log(2)
 assert 2.0 < _bits < 2.25, _bits  # "about 2.1 bits per character"
@@ -403,7 +403,7 @@ assert math.log(untrained_ppl / _at_150) > 3 * math.log(_at_150 / final_ppl)
 
 # %% [markdown]
 # The held-out perplexity falls from the hundreds to about 20 per token
-# (19.5 to 19.7 over the book's sweep of seeds and CPU kernels; the
+# (19.3 to 19.7 over the book's sweep of seeds and CPU kernels; the
 # numbers printed above are this run's), about 2.1 bits per character of
 # documentation: the model now hesitates, on average, between some twenty
 # continuations out of 512. That is text it has not read: before the
@@ -606,11 +606,11 @@ assert _distinct["top-p, p = 0.9"] > 0.8 * _distinct["τ = 1.0"]
 # %% [markdown]
 # Over the book's sweep the greedy samples repeated every word pair (no
 # pair occurred once), while at $\tau = 1$ 92% to 96% of the pairs
-# occurred once. Unseen words rose from 37%-42% at $\tau = 1$ to 44%-50%
+# occurred once. Unseen words rose from 33%-42% at $\tau = 1$ to 44%-50%
 # at $\tau = 1.5$ (many "words" here are code and punctuation, so the
-# share is high at every setting). Top-$k$ and top-$p$ kept 89% to 94%
+# share is high at every setting). Top-$k$ and top-$p$ kept 82% to 94%
 # distinct pairs, close to $\tau = 1$'s variety, with fewer unseen words
-# than $\tau = 1.5$ (29% to 40%). The checks assert each of these
+# than $\tau = 1.5$ (27% to 40%). The checks assert each of these
 # orderings, which held in every run.
 
 
@@ -990,7 +990,7 @@ assert repeat_xl > 0.95, repeat_xl
 #   eligible on a GPU.
 # - Python's `pydoc_data` documentation, 512 BPE tokens, 400 steps of
 #   64 x 16 tokens: a held-out **perplexity** of about 20 per token
-#   (19.5 to 19.7 over the seeds and kernels we swept), about 2.1 bits
+#   (19.3 to 19.7 over the seeds and kernels we swept), about 2.1 bits
 #   per character, on a held-out text that shares no stretch of 60
 #   characters with the training text.
 # - **Sampling**: temperature sharpens or flattens the distribution;
