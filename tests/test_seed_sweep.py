@@ -100,6 +100,11 @@ def test_the_grid_is_seeds_by_kernels_then_seeds_by_threads():
     assert [g for g in grid if g[2] == 2] == [
         (s, "native", 2) for s in (0, 1, 2)
     ]
+    # Without one thread, only the other thread counts (to extend a sweep).
+    assert seed_sweep.plan([0, 1], ["native", "baseline"], [2]) == [
+        (0, "native", 2),
+        (1, "native", 2),
+    ]
     assert set(seed_sweep.KERNELS) >= {"native", "avx2", "baseline"}
     for name, variables in seed_sweep.KERNELS.items():
         assert name == "native" or set(variables) == {

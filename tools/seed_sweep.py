@@ -109,8 +109,9 @@ def native_capability() -> str:
 
 def plan(seeds, kernels, threads) -> list[tuple[int, str, int]]:
     """Every seed x kernel setting at one thread; other thread counts on
-    the native kernels only."""
-    grid = [(s, k, 1) for s in seeds for k in kernels]
+    the native kernels only. Without 1 among the threads, only the
+    other thread counts run (``--threads 2`` adds them to a sweep)."""
+    grid = [(s, k, 1) for s in seeds for k in kernels if 1 in threads]
     grid += [(s, "native", t) for s in seeds for t in threads if t != 1]
     return grid
 
