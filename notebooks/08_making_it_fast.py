@@ -1305,10 +1305,12 @@ if device.type == "cpu":
 # A graph has to be known before it runs. Anything in `forward` that asks
 # a tensor for its *value*, such as `int(tokens.max())`, `if mask.all():`
 # or `.item()`, makes the CPU wait for the device and cuts the graph in
-# two. Our model checks only shapes and dtypes in `forward`: token ids
-# are checked where the batches are built, on the CPU, and
-# `model.check_ids = True` turns a value check back on for debugging. So
-# `fullgraph=True`, which refuses any such cut, takes the whole model,
+# two. Our model checks token ids against its vocabulary only where
+# that reads no device: on the CPU, and outside a graph being compiled
+# (`torch.compiler.is_compiling()`); on a GPU, `model.check_ids = True`
+# turns the check on for debugging. Shapes and dtypes are checked
+# everywhere, from what the host knows. So `fullgraph=True`, which
+# refuses any such cut, takes the whole model,
 # and the compiled model computes what the eager one does. (Inductor
 # builds its kernels with the machine's C++ compiler, for the vector
 # units it finds; where that build fails, the cell below says why and

@@ -215,9 +215,10 @@ show(DecoderStep.forward)
 
 # %% [markdown]
 # The masks are built from padding inside the model, so the graph holds
-# no value-reading check: the model's range check on token ids
-# (`check_ids`) is off by default and runs where batches are built, on
-# the CPU. **Dynamic shapes** tell `torch.export` which sizes may vary:
+# no value-reading check: the model checks its token ids in eager mode
+# on the CPU, and leaves the check out of a graph being compiled or
+# exported (the exported runtimes check ids at their own door).
+# **Dynamic shapes** tell `torch.export` which sizes may vary:
 # the batch, the source length and the step's position, each up to the
 # model's `max_len`; without them the graph would accept only the
 # example's sizes.

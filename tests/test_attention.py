@@ -1,6 +1,8 @@
 """Attention against PyTorch's own: F.scaled_dot_product_attention and
 nn.MultiheadAttention, outputs and gradients, plus invariants and errors."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -423,3 +425,35 @@ def test_is_causal_with_a_cache_aligns_queries_with_the_last_keys(
         assert torch.equal(masks[1][0, 0], causal_mask(8)[0, 5:])
     else:
         assert calls == []  # the hand-written path calls no kernel
+
+
+def test_a_bias_row_of_minus_infinity_is_an_empty_row_in_every_path():
+    """-inf in a bias forbids a key as the mask does; a row it forbids
+    entirely gives zeros in the plain, fused and chunked paths alike."""
+    from transformer_lite.attention import fused_attention
+    from transformer_lite.chunked import chunked_attention
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 4, 8, generator=g) for _ in range(3))
+    bias = torch.randn(4, 4, generator=g)
+    bias[1] = -math.inf  # every key forbidden
+    bias[2, :3] = -math.inf  # all but one
+    mask = torch.ones(4, 4, dtype=torch.bool)
+    mask[3, 3] = False
+    for m in (None, mask):
+        plain, weights = scaled_dot_product_attention(q, k, v, m, bias=bias)
+        assert torch.isfinite(plain).all()
+        assert (plain[:, :, 1] == 0).all() and (weights[:, :, 1] == 0).all()
+        torch.testing.assert_close(weights[:, :, 2].sum(-1), torch.ones(2, 2))
+        torch.testing.assert_close(fused_attention(q, k, v, m, bias=bias), plain)
+        torch.testing.assert_close(
+            chunked_attention(q, k, v, m, bias=bias, chunk_size=2), plain
+        )
+
+
+def test_nan_in_a_bias_shows_in_the_output():
+    q = k = v = torch.ones(1, 3, 4)
+    bias = torch.zeros(3, 3)
+    bias[0, 1] = math.nan
+    out, _ = scaled_dot_product_attention(q, k, v, bias=bias)
+    assert out[0, 0].isnan().all() and torch.isfinite(out[0, 1:]).all()

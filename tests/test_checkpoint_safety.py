@@ -100,6 +100,25 @@ def test_a_small_file_cannot_ask_for_a_huge_model(tmp_path, built):
     assert "(1000000, 8)" in message  # what the config asked for
 
 
+def test_a_small_file_cannot_ask_for_a_huge_built_table(tmp_path, built):
+    """max_len = 3,000,000 in a 1.5 KB file: the sinusoidal table is
+    built, not stored (192 million elements, under max_elements), and it
+    used to allocate 740 MiB and more. It is counted on its own limit."""
+    state = good_state()
+    state["config"] |= dict(max_len=3_000_000, d_model=8)
+    torch.save(state, tmp_path / "long.pt")
+    assert (tmp_path / "long.pt").stat().st_size < 64 * 1024
+    message = refused(tmp_path / "long.pt", built, "max_built_elements")
+    assert "max_len=3,000,000 x d_model=8" in message
+    assert "stored nowhere in the file" in message
+    # The caller can raise it, and a model passed in builds nothing.
+    model, _ = load_checkpoint(
+        tmp_path / "long.pt", max_built_elements=24_000_000
+    )
+    assert model.config.max_len == 3_000_000
+    load_checkpoint(tmp_path / "long.pt", model=model)
+
+
 def test_the_caller_can_raise_the_limit(tmp_path, built):
     save_checkpoint(tmp_path / "m.pt", tiny_model())
     elements = tiny_model().config.n_parameters() + 5000 * 8

@@ -70,14 +70,22 @@ def test_relative_positions_compile_whole(position):
         torch.testing.assert_close(compiled(SRC, TGT), model(SRC, TGT))
 
 
-def test_id_checks_are_opt_in(model):
-    """Out-of-vocabulary ids: the opt-in check names them; by default the
-    model reads no values (the embedding lookup is what fails)."""
+def test_ids_are_checked_on_the_cpu_and_stay_out_of_the_graph(model):
+    """Out-of-vocabulary ids: eager on the CPU, a ValueError naming the
+    tensor, the id and the vocabulary (two values read, no device to
+    wait for); the compiled graph leaves the check out, and fullgraph
+    still takes it. check_ids asks for it on a GPU too."""
     bad = SRC.clone()
     bad[0, 1] = 11  # src_vocab is 11: ids 0..10
-    model.check_ids = True
-    with pytest.raises(ValueError, match=r"src holds token ids in \[0, 11\]"):
+    with pytest.raises(ValueError, match=r"src .* id 11 is not one of its 11"):
         model(bad, TGT)
+    with pytest.raises(ValueError, match=r"tgt .* id 13 is not one of its 13"):
+        model(SRC, TGT.masked_fill(TGT == 9, 13))
+    compiled = torch.compile(model, fullgraph=True)
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(SRC, TGT), model(SRC, TGT))
+    model.check_ids = True  # a read of values: no whole graph
+    refusals = (torch._dynamo.exc.Unsupported, torch._dynamo.exc.UserError)
+    with pytest.raises(refusals):
+        torch.compile(model, fullgraph=True)(SRC, TGT)
     model.check_ids = False
-    with pytest.raises(IndexError):
-        model(bad, TGT)

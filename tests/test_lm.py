@@ -130,3 +130,13 @@ def test_bad_calls_are_refused():
               memory=model.new_memory(4))  # fmt: skip
     with pytest.raises(ValueError, match="longer than the positional"):
         model(random_tokens(1, 65))
+
+
+def test_out_of_vocabulary_ids_are_a_value_error_on_the_cpu():
+    """Before: PyTorch's bare "index out of range in self"."""
+    model = tiny_lm()
+    for bad in (V, -1):
+        with pytest.raises(
+            ValueError, match=rf"tokens holds .*: id {bad} is not one of its {V}"
+        ):
+            model(torch.tensor([[1, bad, 2]]))

@@ -107,10 +107,15 @@ def scaled_dot_product_attention(
         q = query.to(score_dtype(query.dtype)) / math.sqrt(d_k)
         k = key.to(q.dtype)
         scores = q @ k.transpose(-2, -1)  # (..., Lq, Lk)
-    if bias is not None:
-        scores = scores + bias.to(scores.dtype)
     if mask is not None:
         check_mask(mask, scores.shape)
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
+        # A bias of -inf forbids a key as the mask does: a row that it
+        # forbids entirely is then empty (zeros), not NaN.
+        kept = scores != -math.inf  # (..., Lq, Lk); NaN is kept, and shows
+        mask = kept if mask is None else mask & kept
+    if mask is not None:
         # The most negative finite number, not -inf: a row with no allowed
         # key then softmaxes to a finite (uniform) row instead of NaN ...
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
@@ -368,14 +373,9 @@ def fused_attention(
     if is_causal:
         future = causal_mask(query.size(-2), query.device)  # (1, Lq, Lk)
         mask = future if mask is None else mask & future  # (B, ., Lq, Lk)
-    if mask is None:
-        return F.scaled_dot_product_attention(
-            query,
-            key,
-            value,
-            attn_mask=bias.to(query.dtype),
-            dropout_p=dropout_p,
-        )
+    if bias is not None:  # -inf in the bias forbids a key, as in the plain path
+        kept = bias != -math.inf
+        mask = kept if mask is None else mask & kept
     # A query row with no allowed key: the kernel sees every key for it
     # (some CUDA kernels give NaN for an empty row, in the backward pass
     # too), and its output is then zeroed, as in the plain path.

@@ -27,7 +27,7 @@ from transformer_lite.relative import (
     T5RelativeBias,
 )
 from transformer_lite.rotary import RotaryEmbedding
-from transformer_lite.tokens import check_token_ids, check_token_tensor
+from transformer_lite.tokens import check_ids_here, check_token_tensor
 
 __all__ = [
     "POSITIONS",
@@ -213,15 +213,13 @@ class TextDecoding(ModelBasics):
         raise NotImplementedError
 
     def _check_tokens(self, tokens: Tensor, vocab: int, name: str) -> None:
-        """Shape and dtype always; the ids' range only when
-        ``check_ids`` is set (it reads values: a sync point on a GPU,
-        and a break in a compiled graph). Batches check their ids where
-        they are built, on the CPU."""
+        """Shape and dtype always; the ids' range on the CPU outside a
+        compiled graph, and elsewhere when ``check_ids`` is set (it reads
+        values: a sync point on a GPU, a break in a compiled graph)."""
         check_token_tensor(tokens, name)
         if tokens.numel() == 0:
             raise ValueError(f"{name} is empty: shape {tuple(tokens.shape)}")
-        if self.check_ids:
-            check_token_ids(tokens, vocab, name)
+        check_ids_here(tokens, vocab, name, always=self.check_ids)
 
     def decode(
         self,
@@ -270,7 +268,7 @@ class Transformer(TextDecoding, nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.check_ids = False  # True: check token ids on every call
+        self.check_ids = False  # True: check ids on a GPU, in graphs too
         self.src_embed = nn.Embedding(c.src_vocab, c.d_model)
         self.tgt_embed = nn.Embedding(c.tgt_vocab, c.d_model)
         self.positional = absolute_positions(c)

@@ -15,8 +15,10 @@ the shape and dtype, which the host knows without asking the device: the
 model calls it on every forward pass. :func:`check_token_ids` also reads
 the values (are the ids inside the vocabulary?); reading a value from a GPU
 tensor makes the CPU wait for the GPU, and a compiled graph cannot contain
-it. So it runs where batches are built, on the CPU, and inside the model
-only when asked (``Transformer.check_ids = True``, a debugging aid).
+it. So the models read them where it costs nothing (:func:`check_ids_here`):
+on the CPU, outside a compiled or exported graph, on every call; on a GPU
+only when asked (``model.check_ids = True``, a debugging aid). Batches
+check theirs where they are built, on the CPU.
 """
 
 import torch
@@ -27,6 +29,7 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "UNK_ID",
+    "check_ids_here",
     "check_token_ids",
     "check_token_tensor",
 ]
@@ -72,7 +75,21 @@ def check_token_ids(tokens: Tensor, vocab_size: int, name: str) -> None:
         return
     low, high = int(tokens.min()), int(tokens.max())  # a sync point on GPU
     if low < 0 or high >= vocab_size:
+        bad = high if high >= vocab_size else low
         raise ValueError(
             f"{name} holds token ids in [{low}, {high}], outside the "
-            f"vocabulary [0, {vocab_size - 1}]"
+            f"vocabulary [0, {vocab_size - 1}]: id {bad} is not one of its "
+            f"{vocab_size} tokens"
         )
+
+
+def check_ids_here(
+    tokens: Tensor, vocab_size: int, name: str, always: bool = False
+) -> None:
+    """:func:`check_token_ids` wherever reading the ids costs nothing: a
+    CPU tensor outside a graph being compiled or exported (there the
+    check would break the graph). A GPU tensor only with ``always`` (its
+    two values cost a sync point), which also asks for it in a graph."""
+    free = tokens.device.type == "cpu" and not torch.compiler.is_compiling()
+    if always or free:
+        check_token_ids(tokens, vocab_size, name)

@@ -35,6 +35,28 @@ def _check_top_p(p: object) -> float:
     return p
 
 
+def _check_logits(logits: object) -> Tensor:
+    """``logits`` if it is a floating tensor of shape (..., V), V >= 1,
+    with no NaN; else a ``ValueError`` saying what is wrong."""
+    if not isinstance(logits, Tensor):
+        raise ValueError(
+            f"logits must be a tensor, got {type(logits).__name__}"
+        )
+    if not logits.is_floating_point() or logits.dim() == 0:
+        raise ValueError(
+            f"logits must be a floating tensor of shape (..., V), got "
+            f"{logits.dtype} of shape {tuple(logits.shape)}"
+        )
+    if logits.size(-1) == 0:
+        raise ValueError("logits must hold at least one token (V >= 1)")
+    if logits.isnan().any():
+        raise ValueError(
+            "logits hold NaN: the model diverged or was given bad input, "
+            "and nothing can be drawn from them"
+        )
+    return logits
+
+
 def top_k_filter(logits: Tensor, k: int) -> Tensor:
     """Logits with -inf for every token less likely than the k-th most
     likely; the tokens tied with the k-th all stay.
@@ -42,10 +64,20 @@ def top_k_filter(logits: Tensor, k: int) -> Tensor:
     Shape:
         logits: (..., V); output: (..., V).
     """
+    _check_logits(logits)
     check_int("top_k", k, low=1)
     k = min(k, logits.size(-1))
     kth = logits.topk(k, dim=-1).values[..., -1:]  # (..., 1)
     return logits.masked_fill(logits < kth, -torch.inf)
+
+
+def _without_infinity(logits: Tensor) -> Tensor:
+    """The rows that hold +inf as the limit they stand for: those tokens
+    share all the probability (logit 0), every other token none (-inf).
+    Other rows are unchanged."""
+    top = logits == torch.inf  # (..., V)
+    limit = torch.zeros_like(logits).masked_fill(~top, -torch.inf)
+    return torch.where(top.any(dim=-1, keepdim=True), limit, logits)
 
 
 def top_p_filter(logits: Tensor, p: float) -> Tensor:
@@ -53,18 +85,29 @@ def top_p_filter(logits: Tensor, p: float) -> Tensor:
     tokens strictly more likely than it hold less than ``p`` of the
     probability. That is the smallest set of most likely tokens whose
     probabilities sum to at least ``p``, with ties kept together; the
-    most likely token always stays.
+    most likely token always stays, and ``p = 1`` keeps every token.
+
+    The probabilities and their running sums are float64 whatever the
+    dtype of ``logits`` (float32 sums fall short of p by up to 1e-6 on a
+    vocabulary of 50,000), so the kept mass is at least p. A row of -inf
+    has nothing to keep and comes back as it is; NaN is a ``ValueError``.
 
     Shape:
         logits: (..., V); output: (..., V).
     """
+    _check_logits(logits)
     p = _check_top_p(p)
-    probs = logits.float().softmax(dim=-1)  # (..., V)
+    if p == 1.0:
+        return logits
+    exact = torch.float32 if logits.device.type == "mps" else torch.float64
+    probs = _without_infinity(logits.to(exact)).softmax(dim=-1)  # (..., V)
     sorted_probs = probs.sort(dim=-1, descending=True).values  # (..., V)
     before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass above each
-    n_kept = (before < p).sum(dim=-1, keepdim=True)  # (..., 1), >= 1
-    smallest = sorted_probs.gather(-1, n_kept - 1)  # (..., 1)
-    return logits.masked_fill(probs < smallest, -torch.inf)
+    n_kept = (before < p).sum(dim=-1, keepdim=True)  # (..., 1)
+    # A row of -inf softmaxes to NaN: nothing passes, n_kept is 0.
+    smallest = sorted_probs.gather(-1, (n_kept - 1).clamp(min=0))
+    outside = (probs < smallest) & (n_kept > 0)  # (..., V)
+    return logits.masked_fill(outside, -torch.inf)
 
 
 def _check(model, prompt, max_new_tokens, temperature, top_k, top_p):
@@ -87,6 +130,29 @@ def _check(model, prompt, max_new_tokens, temperature, top_k, top_p):
         _check_top_p(top_p)
 
 
+def tempered(logits: Tensor, temperature: float) -> Tensor:
+    """``logits / temperature``, finite for any temperature > 0.
+
+    The plain quotient is used wherever it is finite (so the draws of
+    ordinary temperatures are the plain ones). A row that overflows,
+    at a temperature such as 1e-39, is computed from its maximum
+    instead: ``(logits - max) / temperature``, which is 0 for the most
+    likely tokens and -inf, at worst, for the rest (the limit tau -> 0:
+    a draw among the tied maxima). Rows holding +inf are that limit
+    already (see ``_without_infinity``).
+
+    Shape:
+        logits: (B, V), float32; output: (B, V).
+    """
+    logits = _without_infinity(logits)
+    plain = logits / temperature  # (B, V); -inf / inf would be NaN:
+    plain = plain.masked_fill(logits == -torch.inf, -torch.inf)
+    top = logits.amax(dim=-1, keepdim=True)  # (B, 1)
+    shifted = ((logits - top) / temperature).masked_fill(logits == top, 0.0)
+    overflow = plain.amax(dim=-1, keepdim=True).isinf()  # (B, 1)
+    return torch.where(overflow, shifted, plain)
+
+
 def next_token(
     logits: Tensor,
     *,
@@ -96,14 +162,22 @@ def next_token(
     generator: torch.Generator | None = None,
 ) -> Tensor:
     """Choose one token per row from next-token ``logits``: steps 1-4 of
-    the module docstring.
+    the module docstring. Logits with NaN, or a row with every token at
+    -inf, are a ``ValueError``: there is nothing to draw.
 
     Shape:
         logits: (B, V); output: (B, 1).
     """
+    _check_logits(logits)
+    blocked = (logits == -torch.inf).all(dim=-1)  # (B,)
+    if blocked.any():
+        raise ValueError(
+            f"row {int(blocked.nonzero()[0])} of the logits gives every "
+            "token -inf: no token can be drawn"
+        )
     if temperature == 0:
         return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-    logits = logits.float() / temperature
+    logits = tempered(logits.float(), temperature)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:

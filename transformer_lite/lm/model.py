@@ -23,7 +23,7 @@ from transformer_lite.model import (
     check_widths,
     relative_positions,
 )
-from transformer_lite.tokens import check_token_tensor
+from transformer_lite.tokens import check_ids_here, check_token_tensor
 
 __all__ = ["LMConfig", "LanguageModel", "make_lm"]
 
@@ -75,6 +75,7 @@ class LanguageModel(ModelBasics, nn.Module):
     def __init__(self, config: LMConfig) -> None:
         super().__init__()
         self.config = c = config
+        self.check_ids = False  # True: check ids on a GPU, in graphs too
         self.embed = nn.Embedding(c.vocab, c.d_model)
         # unit-variance embeddings once multiplied by sqrt(d_model)
         nn.init.normal_(self.embed.weight, std=1 / math.sqrt(c.d_model))
@@ -122,6 +123,7 @@ class LanguageModel(ModelBasics, nn.Module):
             tokens: (B, L); output: (B, L, V).
         """
         check_token_tensor(tokens, "tokens")
+        check_ids_here(tokens, self.config.vocab, "tokens", self.check_ids)
         if cache is not None and memory is not None:
             raise ValueError("pass a cache or a segment memory, not both")
         if memory is not None and self.config.position in TABLES:

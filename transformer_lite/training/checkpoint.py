@@ -39,6 +39,7 @@ from transformer_lite.training.checkpoint_checks import (
 __all__ = [
     "CHECKPOINT_FORMAT",
     "FREE_FIELDS",
+    "MAX_BUILT_ELEMENTS",
     "MAX_ELEMENTS",
     "average_checkpoints",
     "load_checkpoint",
@@ -53,6 +54,11 @@ FREE_FIELDS = ("dropout",)
 # tensor elements (parameters and positional table): 1 GiB of float32,
 # room for the paper's big model (213 million parameters).
 MAX_ELEMENTS = 2**28
+# The most elements a checkpoint's config may make the model build that
+# the file does not store (the sinusoidal table): 64 MiB of float32, the
+# table of max_len = 16,384 at d_model = 1,024. Building it in float64
+# needs about five times that at its peak.
+MAX_BUILT_ELEMENTS = 2**24
 _UMASK = os.umask(0o022)  # read once, at import, while single-threaded
 os.umask(_UMASK)
 
@@ -128,6 +134,7 @@ def load_checkpoint(
     map_location: torch.device | str | None = None,
     *,
     max_elements: int = MAX_ELEMENTS,
+    max_built_elements: int = MAX_BUILT_ELEMENTS,
 ) -> tuple[Transformer, dict]:
     """Load a file written by :func:`save_checkpoint`, trusting nothing
     in it (the module docstring says what is checked).
@@ -135,7 +142,8 @@ def load_checkpoint(
     With ``model=None`` the model is rebuilt from the stored config (on
     ``map_location``, default CPU), once the config, every tensor and the
     model's size (at most ``max_elements`` parameters and positional
-    table entries) have been checked; a given model must have the same
+    table entries, of which at most ``max_built_elements`` built rather
+    than stored) have been checked; a given model must have the same
     config except for ``FREE_FIELDS``. The optimizer and scheduler, when
     given, get their saved state. Anything wrong (a missing, corrupt,
     truncated, foreign or oversized file, another configuration) raises
@@ -146,6 +154,7 @@ def load_checkpoint(
     """
     path = Path(path)
     check_int("max_elements", max_elements, low=1)
+    check_int("max_built_elements", max_built_elements, low=1)
     if model is not None and not isinstance(model, Transformer):
         raise ValueError(f"model must be a Transformer, got {type(model)}")
     if not path.is_file():
@@ -174,7 +183,8 @@ def load_checkpoint(
                 f"checkpoint {path} was saved from another configuration: "
                 + "; ".join(differ)
             )
-    check_size(config, max_elements, path)
+    built_limit = max_built_elements if model is None else None
+    check_size(config, max_elements, built_limit, path)
     check_weights(state["model"], config, path)
     if model is None:
         model = Transformer(config).to(map_location)
@@ -198,6 +208,7 @@ def average_checkpoints(
     map_location: torch.device | str | None = None,
     *,
     max_elements: int = MAX_ELEMENTS,
+    max_built_elements: int = MAX_BUILT_ELEMENTS,
 ) -> tuple[Transformer, dict]:
     """One model whose weights are the mean of those in ``paths``
     (chapter 7), as Vaswani et al. (2017) average the last checkpoints of
@@ -221,7 +232,10 @@ def average_checkpoints(
     if not paths:
         raise ValueError("average_checkpoints needs at least one path")
     model, extra = load_checkpoint(
-        paths[-1], map_location=map_location, max_elements=max_elements
+        paths[-1],
+        map_location=map_location,
+        max_elements=max_elements,
+        max_built_elements=max_built_elements,
     )
     state = {k: v.clone() for k, v in model.state_dict().items()}
     floats = [k for k, v in state.items() if v.is_floating_point()]

@@ -137,8 +137,23 @@ def stored_config(stored: dict, path: Path) -> TransformerConfig:
         raise ValueError(f"checkpoint {path} has a bad config: {err}") from err
 
 
-def check_size(config: TransformerConfig, limit: int, path: Path) -> None:
-    """Refuse a model larger than ``limit`` elements, before building."""
+def built_elements(config: TransformerConfig) -> int:
+    """The tensor elements a config makes the model build that no
+    checkpoint stores: the sinusoidal positional table (max_len x
+    d_model, computed in float64 on building). Every other position
+    scheme stores what it has, or has nothing of length max_len."""
+    if config.position == "sinusoidal":
+        return config.max_len * config.d_model
+    return 0
+
+
+def check_size(
+    config: TransformerConfig, limit: int, built_limit: int | None, path: Path
+) -> None:
+    """Refuse a model larger than ``limit`` elements, or one that would
+    build more than ``built_limit`` elements it does not store (a small
+    file could ask for gigabytes through ``max_len``), before building;
+    ``built_limit=None`` when the model exists already."""
     table = config.max_len * config.d_model  # the positional table
     elements = config.n_parameters() + table
     if elements > limit:
@@ -147,6 +162,16 @@ def check_size(config: TransformerConfig, limit: int, path: Path) -> None:
             f"elements ({config.n_parameters():,} parameters and a "
             f"positional table of {table:,}), more than the limit of "
             f"{limit:,}; pass max_elements={elements} to load it anyway"
+        )
+    built = built_elements(config)
+    if built_limit is not None and built > built_limit:
+        raise ValueError(
+            f"checkpoint {path} describes a sinusoidal positional table "
+            f"of {built:,} elements (max_len={config.max_len:,} x "
+            f"d_model={config.d_model}), built on loading and stored "
+            f"nowhere in the file: more than the limit of {built_limit:,} "
+            f"for built tensors; pass max_built_elements={built} to load "
+            "it anyway"
         )
 
 

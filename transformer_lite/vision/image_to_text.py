@@ -101,7 +101,7 @@ class ImageToText(TextDecoding, nn.Module):
     def __init__(self, config: ImageToTextConfig) -> None:
         super().__init__()
         self.config = c = config
-        self.check_ids = False  # True: check token ids on every call
+        self.check_ids = False  # True: check ids on a GPU, in graphs too
         self.encoder = VisionTransformer(
             ViTConfig(**{**c.vision.to_dict(), "n_classes": 0})
         )
