@@ -445,7 +445,9 @@ def test_a_bias_row_of_minus_infinity_is_an_empty_row_in_every_path():
         assert torch.isfinite(plain).all()
         assert (plain[:, :, 1] == 0).all() and (weights[:, :, 1] == 0).all()
         torch.testing.assert_close(weights[:, :, 2].sum(-1), torch.ones(2, 2))
-        torch.testing.assert_close(fused_attention(q, k, v, m, bias=bias), plain)
+        torch.testing.assert_close(
+            fused_attention(q, k, v, m, bias=bias), plain
+        )
         torch.testing.assert_close(
             chunked_attention(q, k, v, m, bias=bias, chunk_size=2), plain
         )

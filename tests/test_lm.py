@@ -137,6 +137,7 @@ def test_out_of_vocabulary_ids_are_a_value_error_on_the_cpu():
     model = tiny_lm()
     for bad in (V, -1):
         with pytest.raises(
-            ValueError, match=rf"tokens holds .*: id {bad} is not one of its {V}"
+            ValueError,
+            match=rf"tokens holds .*: id {bad} is not one of its {V}",
         ):
             model(torch.tensor([[1, bad, 2]]))

@@ -133,3 +133,23 @@ print("core ok")
     ).stdout
     for extra in ("tokenizers", "sacrebleu", "num2words", "altair"):
         assert extra not in listed.lower()
+
+
+def test_every_test_the_guarantees_name_exists():
+    """The README's Guarantees are pinned by tests: every test and test
+    file they name is here (a renamed test would unpin a line)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    guarantees = readme.split("## Guarantees", 1)[1].split("\n## ", 1)[0]
+    names = set(re.findall(r"`(test_\w+)`", guarantees))
+    files = set(re.findall(r"`(tests/test_\w+\.py)`", guarantees))
+    assert len(names) >= 15 and len(files) >= 4
+    sources = "\n".join(
+        p.read_text(encoding="utf-8") for p in (root / "tests").glob("*.py")
+    )
+    defined = set(re.findall(r"^def (test_\w+)", sources, re.MULTILINE))
+    assert names <= defined, sorted(names - defined)
+    assert all((root / f).is_file() for f in files), files

@@ -127,3 +127,38 @@ def test_a_loop_collapses_to_one_row_with_its_worst_pass():
     assert row["evaluations"] == 2 and row["failed_in"] == []
     assert row["worst_margin"] == pytest.approx(0.5)
     assert row["ranges"] == [[1.0, 2.5], [3.0, 3.0]]
+
+
+def test_tables_of_sweeps_run_apart_merge_into_one():
+    def table(runs, value, failed=()):
+        return {
+            "runs": {name: {"seconds": 1.0} for name in runs},
+            "claims": [
+                {
+                    "cell": 3,
+                    "assert": "acc >= 0.9",
+                    "evaluations": 1,
+                    "runs": len(runs),
+                    "failed_in": list(failed),
+                    "worst_margin": value[0] - 0.9,
+                    "spread": value[1] - value[0],
+                    "ranges": [list(value), [0.9, 0.9]],
+                }
+            ],
+        }
+
+    one = table(["s0-native-t1", "s1-native-t1"], (0.95, 0.97))
+    two = table(["s0-native-t2"], (0.93, 0.93), failed=["s0-native-t2"])
+    merged = seed_sweep.merge_records([one, two])
+    (row,) = merged["claims"]
+    assert list(merged["runs"]) == [
+        "s0-native-t1",
+        "s0-native-t2",
+        "s1-native-t1",
+    ]
+    assert row["runs"] == 3 and row["failed_in"] == ["s0-native-t2"]
+    assert row["ranges"] == [[0.93, 0.97], [0.9, 0.9]]
+    assert abs(row["worst_margin"] - 0.03) < 1e-12
+    assert abs(row["spread"] - 0.04) < 1e-12  # over both tables' values
+    with pytest.raises(ValueError, match="in two tables"):
+        seed_sweep.merge_records([one, one])

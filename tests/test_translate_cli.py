@@ -48,7 +48,17 @@ def test_translate_prints_one_line_per_text(model_dir, capsys):
     capsys.readouterr()
     texts = ["dreihundertzwölf", "einundzwanzig"]
     assert (
-        main(["--model-dir", str(model_dir), "--beam-size", "2", *texts]) == 0
+        main(
+            [
+                "--model-dir",
+                str(model_dir),
+                "--beam-size",
+                "2",
+                "--unchecked",
+                *texts,
+            ]
+        )
+        == 0  # fmt: skip
     )
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2
@@ -60,7 +70,7 @@ def test_module_runs_as_a_program(model_dir):
     done = subprocess.run(
         [sys.executable, "-m", "transformer_lite.tasks.translate",
          "--model", str(model_dir / "de-en.pt"), "--beam-size", "1",
-         "vierhunderteinundzwanzig"],
+         "--unchecked", "vierhunderteinundzwanzig"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -136,7 +146,7 @@ def test_the_cli_translates_on_the_default_device(model_dir, monkeypatch):
 
     def translate(self, texts, *args, **kwargs):
         devices.append(module_device(self.model))
-        return [""] * len(texts)
+        return ["twenty-one"] * len(texts)  # right for einundzwanzig
 
     monkeypatch.setattr(translate_cli, "default_device", lambda: META)
     monkeypatch.setattr(Translator, "translate", translate)
@@ -218,9 +228,9 @@ def test_a_tsv_line_longer_than_max_len_fails_before_step_one(
 def test_commands_and_options_in_any_order(model_dir, capsys):
     model = str(model_dir / "de-en.pt")
     orders = [
-        ["text", "--model", model, "--beam-size", "1", "zwei"],
-        ["--beam-size", "1", "text", "zwei", "--model", model],
-        ["--model", model, "zwei", "--beam-size", "1"],
+        ["text", "--model", model, "--beam-size", "1", "--unchecked", "zwei"],
+        ["--beam-size", "1", "text", "zwei", "--unchecked", "--model", model],
+        ["--unchecked", "--model", model, "zwei", "--beam-size", "1"],
     ]
     outputs = []
     for argv in orders:
@@ -279,6 +289,7 @@ def test_an_untranslatable_text_is_reported_and_the_others_translated(
         translator.translate(texts, beam_size=1)
     capsys.readouterr()
     argv = ["--model-dir", str(model_dir), "--beam-size", "1", *texts]
+    argv.append("--unchecked")  # the tiny model's answers are wrong
     assert main(argv) == 1
     out = capsys.readouterr()
     lines = out.out.split("\n")[:3]
@@ -327,3 +338,80 @@ def test_no_traceback_and_no_carriage_returns_from_the_program(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "\r" not in done.stderr and "\r" not in done.stdout
+
+
+# ----------------------------------------------------------------------------
+# The translator knows its domain: inputs outside it refused, answers that
+# do not round-trip flagged (one line each on stderr, an empty stdout line)
+
+OUTSIDE = ["Guten Morgen", "eine Million", "dreiundzwanzig Äpfel"]
+
+
+def test_inputs_outside_the_domain_are_reported_and_not_translated(
+    model_dir, capsys
+):
+    texts = [*OUTSIDE, "einundzwanzig"]
+    capsys.readouterr()
+    assert (
+        main(["--model-dir", str(model_dir), "--beam-size", "1", *texts]) == 1
+    )
+    out = capsys.readouterr()
+    assert out.out.split("\n")[:3] == ["", "", ""]
+    errors = out.err.splitlines()
+    for i, text in enumerate(OUTSIDE):
+        (line,) = [e for e in errors if f"text {i + 1} ({text!r})" in e]
+        assert "not the German words of a number below 1,000,000" in line
+    assert "Traceback" not in out.err
+    translator = Translator.load(model_dir / "de-en.pt")
+    assert translator.domain is not None
+    with pytest.raises(ValueError, match="text 0: not the German words"):
+        translator.translate(OUTSIDE[:1])
+
+
+@pytest.mark.parametrize(
+    "answer, flagged",
+    [
+        ("twenty-one", None),
+        ("seventy-one thousand and seventy-seven", "is 71,077, which is"),
+        ("zero thousand and seven", "not the English words of a number"),
+        ("twenty one", "not the English words of a number"),
+    ],
+)
+def test_answers_that_do_not_round_trip_are_flagged(
+    model_dir, capsys, monkeypatch, answer, flagged
+):
+    monkeypatch.setattr(
+        Translator, "translate", lambda self, texts, *a: [answer] * len(texts)
+    )
+    capsys.readouterr()
+    status = main(["--model-dir", str(model_dir), "einundzwanzig"])
+    out = capsys.readouterr()
+    if flagged is None:
+        assert (status, out.out, out.err) == (0, "twenty-one\n", "")
+    else:
+        assert (status, out.out) == (1, "\n")
+        assert "text 1 ('einundzwanzig'): cannot trust" in out.err
+        assert flagged in out.err
+    # --unchecked prints what the model says
+    assert (
+        main(["--model-dir", str(model_dir), "--unchecked", "einundzwanzig"])
+        == 0
+    )
+    assert capsys.readouterr().out == answer + "\n"
+
+
+@pytest.mark.parametrize(
+    "domain",
+    [{"pair": "xx-en", "max_digits": 6}, {"pair": "de-en"}, [1], "de-en",
+     {"pair": "de-en", "max_digits": True}],
+)  # fmt: skip
+def test_a_crafted_domain_in_a_checkpoint_is_refused(
+    model_dir, tmp_path, capsys, domain
+):
+    state = torch.load(model_dir / "de-en.pt", weights_only=True)
+    state["extra"]["domain"] = domain
+    torch.save(state, tmp_path / "m.pt")
+    with pytest.raises(ValueError, match="the checkpoint's domain"):
+        Translator.load(tmp_path / "m.pt")
+    assert main(["--model", str(tmp_path / "m.pt"), "zwei"]) == 2
+    assert "domain" in one_error_line(capsys)

@@ -168,8 +168,9 @@ def assignment(path: Path) -> Assignment:
             checks_of_last = 0
             gid = f"{name}-ex{job.exercises}"
             flags = dict(solution=True, locked=False)
-            job.cells.append(v4.new_code_cell(source, metadata=meta(gid,
-                                                                  **flags)))
+            job.cells.append(
+                v4.new_code_cell(source, metadata=meta(gid, **flags))
+            )
         elif kind == "check":
             if checks_of_last is None:
                 raise ValueError(f"{path.name}: a check before any solution")
@@ -178,8 +179,9 @@ def assignment(path: Path) -> Assignment:
             worth = points(cell)
             job.points += worth
             flags = dict(grade=True, points=worth)
-            job.cells.append(v4.new_code_cell(source, metadata=meta(gid,
-                                                                  **flags)))
+            job.cells.append(
+                v4.new_code_cell(source, metadata=meta(gid, **flags))
+            )
         else:  # exercise-setup, or any code the section shows
             gid = f"{name}-code-{len(job.cells)}"
             job.cells.append(v4.new_code_cell(source, metadata=meta(gid)))

@@ -50,7 +50,7 @@ def reading_minutes(path: Path) -> int:
 
 
 def timing_key(where: str) -> str | None:
-    """"NN" for a chapter, "assignments" for the nbgrader test."""
+    """ "NN" for a chapter, "assignments" for the nbgrader test."""
     if "test_assignments" in where:
         return "assignments"
     match = re.search(r"(?:^|[./])(\d\d)_\w+", where)
@@ -102,8 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         timings[key] = {"reading_minutes": reading_minutes(path),
                         "running_seconds": seconds}  # fmt: skip
     if "assignments" in ran or "assignments" in old:
-        timings["assignments"] = {"running_seconds": ran.get(
-            "assignments", old.get("assignments", {}).get("running_seconds"))}
+        timings["assignments"] = {
+            "running_seconds": ran.get(
+                "assignments",
+                old.get("assignments", {}).get("running_seconds"),
+            )
+        }
     TIMINGS.write_text(json.dumps(timings, indent=2) + "\n")
     for key, entry in timings.items():
         print(f"{key}: {entry.get('reading_minutes', '-')} min to read, "

@@ -368,12 +368,96 @@ def report(notebooks, grid, results: dict, record: Path | None) -> int:
                 if s == nb.stem and not r.get("missing")
             }
             (record / f"{nb.stem[:2]}.json").write_text(
-                json.dumps(
-                    {"runs": runs, "claims": collapse(table)}, indent=1
-                )
+                json.dumps({"runs": runs, "claims": collapse(table)}, indent=1)
                 + "\n"
             )
     return 1 if any_failed else 0
+
+
+def merge_records(tables: list[dict]) -> dict:
+    """One chapter's recorded tables (``--record``) of sweeps run apart,
+    as one: their runs together, and per assert the union of the ranges,
+    the worst margin and the largest spread. A run in two tables is an
+    error: the tables would count it twice."""
+    runs: dict = {}
+    rows: dict[tuple, dict] = {}
+    for table in tables:
+        twice = sorted(set(runs) & set(table["runs"]))
+        if twice:
+            raise ValueError(f"runs {twice} are in two tables")
+        runs |= table["runs"]
+        for claim in table["claims"]:
+            key = claim["cell"], claim["assert"]
+            if key not in rows:
+                rows[key] = json.loads(json.dumps(claim))  # a copy
+                continue
+            row = rows[key]
+            row["runs"] += claim["runs"]
+            row["evaluations"] = max(row["evaluations"], claim["evaluations"])
+            row["failed_in"] = sorted(
+                set(row["failed_in"]) | set(claim["failed_in"])
+            )
+            if "worst_margin" in row and "worst_margin" in claim:
+                row["worst_margin"] = min(
+                    row["worst_margin"], claim["worst_margin"]
+                )
+                if len(row["ranges"]) == len(claim["ranges"]):
+                    row["ranges"] = [
+                        [min(a[0], b[0]), max(a[1], b[1])]
+                        for a, b in zip(
+                            row["ranges"], claim["ranges"], strict=True
+                        )
+                    ]
+                row["spread"] = max(
+                    row["spread"],
+                    claim["spread"],
+                    max(hi - lo for lo, hi in row["ranges"]),
+                )
+    claims = sorted(rows.values(), key=lambda r: r["cell"])
+    return {"runs": dict(sorted(runs.items())), "claims": claims}
+
+
+def merge(folders: list[Path], record: Path | None) -> int:
+    """Merge the tables recorded under ``folders`` chapter by chapter,
+    print each chapter's varying claims, and write them to ``record``."""
+    stems = sorted(
+        {p.name for f in folders for p in f.glob("[0-9][0-9].json")}
+    )
+    failed = False
+    for name in stems:
+        tables = [
+            json.loads((f / name).read_text())
+            for f in folders
+            if (f / name).is_file()
+        ]
+        merged = merge_records(tables)
+        print(
+            f"\n{name[:2]}: {len(merged['runs'])} runs: "
+            + ", ".join(merged["runs"])
+        )
+        print("| cell | assert | ranges | worst margin | spread | runs |")
+        print("|---|---|---|---|---|---|")
+        for row in merged["claims"]:
+            failed |= bool(row["failed_in"])
+            if row.get("spread", 0) <= 0 and not row["failed_in"]:
+                continue
+            ranges = ", ".join(
+                f"{lo:.4g}" if lo == hi else f"{lo:.4g}..{hi:.4g}"
+                for lo, hi in row.get("ranges", [])
+            )
+            text = row["assert"].replace("|", "\\|")[:70]
+            margin = row.get("worst_margin", float("nan"))
+            failures_text = (
+                f" failed in {row['failed_in']}" if row["failed_in"] else ""
+            )
+            print(
+                f"| {row['cell']} | `{text}` | {ranges} | {margin:.4g} |"
+                f" {row.get('spread', 0):.4g} | {row['runs']}{failures_text} |"
+            )
+        if record is not None:
+            record.mkdir(parents=True, exist_ok=True)
+            (record / name).write_text(json.dumps(merged, indent=1) + "\n")
+    return 1 if failed else 0
 
 
 def collect(folders: list[Path], record: Path | None) -> int:
@@ -418,8 +502,19 @@ def main() -> int:
         help="write each chapter's claim table to DIR/NN.json",
     )
     parser.add_argument(
-        "--collect", type=Path, nargs="+", default=None,
+        "--collect",
+        type=Path,
+        nargs="+",
+        default=None,
         help="report on the runs saved under these --out folders (no run)",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="+",
+        default=None,
+        help="merge the tables recorded in these folders (no run); "
+        "--record names where the merged ones go",
     )
     parser.add_argument("--one", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--one-out", type=Path, help=argparse.SUPPRESS)
@@ -428,6 +523,8 @@ def main() -> int:
         return execute(args.one.resolve(), args.one_out.resolve())
     if args.collect:
         return collect(args.collect, args.record)
+    if args.merge:
+        return merge(args.merge, args.record)
     if not args.notebooks:
         parser.error("name at least one notebook")
     for name in words(args.kernels):

@@ -373,7 +373,9 @@ def fused_attention(
     if is_causal:
         future = causal_mask(query.size(-2), query.device)  # (1, Lq, Lk)
         mask = future if mask is None else mask & future  # (B, ., Lq, Lk)
-    if bias is not None:  # -inf in the bias forbids a key, as in the plain path
+    if (
+        bias is not None
+    ):  # -inf in the bias forbids a key, as in the plain path
         kept = bias != -math.inf
         mask = kept if mask is None else mask & kept
     # A query row with no allowed key: the kernel sees every key for it

@@ -5,7 +5,8 @@ offline, with splits that keep test numbers out of training.
 import collections
 import functools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
 
 from transformer_lite.checks import check_int
 from transformer_lite.extras import require
@@ -15,10 +16,12 @@ __all__ = [
     "LANGUAGES",
     "MAX_DIGITS",
     "PAIRS",
+    "NumberDomain",
     "balance_digits",
     "number_pairs",
     "number_splits",
     "number_words",
+    "read_number",
     "repeated_numbers",
     "sparse_numbers",
 ]
@@ -202,3 +205,146 @@ def repeated_numbers(
     """
     return _draw_outside(count, _repeated, exclude=exclude,
                          max_digits=max_digits, seed=seed)  # fmt: skip
+
+
+# Reading number words back: the inverse of number_words, for the
+# translator's check of its own domain and answers.
+
+SEPARATORS = ("", " ", ", ", " and ")  # after "tausend", "mille", "thousand"
+
+
+@functools.cache
+def _lexicon(lang: str, max_digits: int) -> tuple[dict, tuple]:
+    """The words of every number below 1000, and of every a x 1000**k
+    below 10**max_digits (a = 1..999): about 1,000 + 999 per power of a
+    thousand calls to num2words, made once per language."""
+    below = {
+        number_words(n, lang): n for n in range(min(1000, 10**max_digits))
+    }
+    scaled = tuple(
+        (number_words(a * 1000**k, lang), a * 1000**k, 1000**k)
+        for k in range(1, (max_digits - 1) // 3 + 1)
+        for a in range(1, 1000)
+        if a * 1000**k < 10**max_digits
+    )
+    return below, scaled
+
+
+def _readings(
+    text: str, below: dict, scaled: tuple, limit: int
+) -> Iterator[int]:
+    """Numbers below ``limit`` that ``text`` may be the words of: the
+    number below 1000 it names, or a x 1000**k named by its start and
+    followed by a reading of the rest. Candidates only: read_number
+    keeps the one whose words are ``text``."""
+    if text in below and below[text] < limit:
+        yield below[text]
+    for words, value, scale in scaled:
+        if value >= limit or not text.startswith(words):
+            continue
+        rest = text[len(words) :]
+        if not rest:
+            yield value
+        for sep in SEPARATORS[1:] if rest else ():
+            if rest.startswith(sep):
+                for low in _readings(rest[len(sep) :], below, scaled, scale):
+                    yield value + low
+        if rest and not rest[0].isspace():  # German: one word
+            for low in _readings(rest, below, scaled, scale):
+                yield value + low
+
+
+def read_number(
+    text: object, lang: str, max_digits: int = MAX_DIGITS
+) -> int | None:
+    """The number below 10**``max_digits`` that ``number_words`` writes
+    as exactly ``text`` in ``lang``, or None: ``read_number(
+    "vierhunderteinundzwanzig", "de") == 421``; ``"Guten Morgen"``,
+    ``"dreiundzwanzig Äpfel"`` and ``"eine Million"`` (with six digits)
+    give None. Every candidate is checked by writing it out again, so a
+    number is never read from words that are not its own."""
+    check_int("max_digits", max_digits, low=1, high=MAX_DIGITS_LIMIT)
+    if lang not in LANGUAGES:
+        raise ValueError(f"lang must be one of {sorted(LANGUAGES)}: {lang!r}")
+    if not isinstance(text, str):
+        return None
+    below, scaled = _lexicon(lang, max_digits)
+    for n in _readings(text, below, scaled, 10**max_digits):
+        if number_words(n, lang) == text:
+            return n
+    return None
+
+
+@dataclass(frozen=True)
+class NumberDomain:
+    """What a translator of number words was trained on (chapter 7):
+    the words of the numbers below 10**``max_digits`` in the source
+    language of ``pair``. Saved in the translator's checkpoint.
+
+    :meth:`problem` refuses an input outside it; :meth:`doubt` flags a
+    translation that does not round-trip: read as a number in the
+    target language and written out in the source language, it must give
+    the input again. Number words name one number each, so on inputs of
+    the domain the round trip flags exactly the wrong translations.
+    """
+
+    pair: str
+    max_digits: int = MAX_DIGITS
+
+    def __post_init__(self) -> None:
+        if self.pair not in PAIRS:
+            raise ValueError(f"pair must be one of {PAIRS}, got {self.pair!r}")
+        check_int("max_digits", self.max_digits, low=1, high=MAX_DIGITS_LIMIT)
+
+    @property
+    def languages(self) -> tuple[str, str]:
+        src, tgt = self.pair.split("-")
+        return src, tgt
+
+    def _range(self) -> str:
+        return f"below {10**self.max_digits:,}"
+
+    def problem(self, text: str) -> str | None:
+        """Why ``text`` is outside the domain, or None."""
+        src, _ = self.languages
+        if read_number(text, src, self.max_digits) is None:
+            return (
+                f"not the {LANGUAGES[src]} words of a number "
+                f"{self._range()}, which is all this model was trained on"
+            )
+        return None
+
+    def doubt(self, text: str, translation: str) -> str | None:
+        """Why ``translation`` of ``text`` cannot be right, or None."""
+        src, tgt = self.languages
+        n = read_number(translation, tgt, self.max_digits)
+        shown = (
+            translation if len(translation) <= 60 else translation[:57] + "..."
+        )
+        if n is None:
+            return (
+                f"the model's answer {shown!r} is not the "
+                f"{LANGUAGES[tgt]} words of a number {self._range()}"
+            )
+        back = number_words(n, src)
+        if back != text:
+            return (
+                f"the model's answer {shown!r} is {n:,}, which is "
+                f"{back!r} in {LANGUAGES[src]}: it does not round-trip"
+            )
+        return None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: object) -> "NumberDomain":
+        """From :meth:`to_dict`'s output, as read from an untrusted
+        checkpoint: exactly its fields, each checked."""
+        fields = {"pair", "max_digits"}
+        if not isinstance(data, dict) or set(data) != fields:
+            raise ValueError(
+                f"a number domain is a dict with the keys {sorted(fields)}, "
+                f"got {data!r:.80}"
+            )
+        return cls(**data)

@@ -23,9 +23,12 @@ is an option (``--steps 300``).
 
 Every option is checked before any work starts. An error is one line on
 stderr and exit status 2, never a traceback. A text that cannot be
-translated (too long for the model, say) gets its reason on stderr and
-an empty line on stdout, so that output line i still answers text i;
-the others are translated, and the exit status is 1.
+translated (too long for the model, say, or not a number word of the
+trained range) gets its reason on stderr and an empty line on stdout, so
+that output line i still answers text i; the others are translated, and
+the exit status is 1. So does a translation that does not round-trip
+(read as a number, written out in the source language, it must give the
+text again): ``--unchecked`` prints what the model says instead.
 """
 
 import argparse
@@ -67,7 +70,12 @@ __all__ = ["main"]
 PROG = "python -m transformer_lite.tasks.translate"
 COMMANDS = ("train", "export", "text")
 RUNTIMES = ("torch", "onnx")
-TEXT_OPTIONS = {"beam_size": 4, "length_penalty": 0.6, "runtime": "torch"}
+TEXT_OPTIONS = {
+    "beam_size": 4,
+    "length_penalty": 0.6,
+    "runtime": "torch",
+    "unchecked": False,
+}
 TRAIN_ONLY = {f.name for f in fields(TranslateConfig)} - {"pair"}
 TRAIN_ONLY |= {"tsv", "quiet"}
 
@@ -114,6 +122,12 @@ def _parser() -> argparse.ArgumentParser:
         "--runtime",
         choices=RUNTIMES,
         help="torch (default), or onnx: the files written by export",
+    )
+    text.add_argument(
+        "--unchecked",
+        action="store_true",
+        help="print the model's answers even outside its domain and "
+        "when they do not round-trip",
     )
     fit = parser.add_argument_group("train")
     fit.add_argument(
@@ -208,6 +222,10 @@ def _train_command(args: argparse.Namespace) -> int:
         return 0
     model, extra = average_checkpoints(result.checkpoints)  # on the CPU
     translator = Translator.from_model(model, extra)
+    if tsv is None:  # a translator of number words knows its domain
+        translator.domain = numbers.NumberDomain(
+            config.pair, config.max_digits
+        )
     translator.save(path, config=asdict(config))
     translator.model.to(default_device())  # translates on the GPU if any
     print(f"trained in {result.seconds:.0f} s; saved {path}")
@@ -271,7 +289,7 @@ def _onnx_translator(path: Path) -> Translator:
         weights=weights_fingerprint(translator.model),
     )
     tokenizers = translator.src_tokenizer, translator.tgt_tokenizer
-    return Translator(graphs, *tokenizers)
+    return Translator(graphs, *tokenizers, domain=translator.domain)
 
 
 def _text_command(args: argparse.Namespace) -> int:
@@ -281,8 +299,15 @@ def _text_command(args: argparse.Namespace) -> int:
     else:
         translator = Translator.load(path)
         translator.model.to(default_device())
+    if args.unchecked:
+        translator.domain = None
     texts = args.words
     problems = {i: translator.problem(text) for i, text in enumerate(texts)}
+    reasons = {  # text i -> why its line is empty
+        i: f"cannot translate: {why}"
+        for i, why in problems.items()
+        if why is not None
+    }
     good = [i for i, why in problems.items() if why is None]
     out = [""] * len(texts)
     if good:
@@ -290,12 +315,15 @@ def _text_command(args: argparse.Namespace) -> int:
             [texts[i] for i in good], args.beam_size, args.length_penalty
         )
         for i, line in zip(good, translated, strict=True):
-            out[i] = line
-    for i, why in problems.items():
-        if why is not None:
-            _say(f"text {i + 1} ({texts[i][:40]!r}): cannot translate: {why}")
+            doubt = translator.doubt(texts[i], line)
+            if doubt is None:
+                out[i] = line
+            else:
+                reasons[i] = f"cannot trust the translation: {doubt}"
+    for i in sorted(reasons):
+        _say(f"text {i + 1} ({texts[i][:40]!r}): {reasons[i]}")
     print("\n".join(out))
-    return 0 if len(good) == len(texts) else 1
+    return 1 if reasons else 0
 
 
 def _say(message: str) -> None:

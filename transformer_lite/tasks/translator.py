@@ -2,7 +2,9 @@
 
 :class:`Translator` turns text into text: it tokenizes, decodes with beam
 search and detokenizes, and it saves and loads the model together with
-both tokenizers in one checkpoint file.
+both tokenizers in one checkpoint file. A translator of number words
+also knows its domain (:class:`~transformer_lite.tasks.numbers.NumberDomain`):
+it refuses inputs outside it and flags answers that do not round-trip.
 """
 
 import os
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from transformer_lite.checks import check_int, check_real
 from transformer_lite.decoding import beam_search
 from transformer_lite.model import Transformer
+from transformer_lite.tasks.numbers import NumberDomain
 from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
 from transformer_lite.tokens import BOS_ID, EOS_ID
 from transformer_lite.training.checkpoint import (
@@ -27,6 +30,8 @@ class Translator:
     Args:
         model: a :class:`~transformer_lite.model.Transformer`.
         src_tokenizer, tgt_tokenizer: the tokenizers it was trained with.
+        domain: what it was trained on, if it translates number words;
+            None (a model of a corpus): no check of meaning.
     """
 
     def __init__(
@@ -34,13 +39,20 @@ class Translator:
         model: Transformer,
         src_tokenizer: Tokenizer,
         tgt_tokenizer: Tokenizer,
+        domain: NumberDomain | None = None,
     ) -> None:
+        if domain is not None and not isinstance(domain, NumberDomain):
+            raise ValueError(
+                f"domain must be a NumberDomain or None, got {domain!r:.60}"
+            )
         self.model = model
         self.src_tokenizer, self.tgt_tokenizer = src_tokenizer, tgt_tokenizer
+        self.domain = domain
 
     def problem(self, text: object) -> str | None:
-        """Why ``text`` cannot be translated (not a str, or more source
-        tokens than the model's ``max_len``), or None if it can."""
+        """Why ``text`` cannot be translated (not a str, more source
+        tokens than the model's ``max_len``, or outside the domain), or
+        None if it can."""
         if not isinstance(text, str):
             return f"not a str but a {type(text).__name__}"
         n_tokens = len(self.src_tokenizer.encode(text))
@@ -50,7 +62,17 @@ class Translator:
                 f"{n_tokens} tokens long (BOS and EOS included), more than "
                 f"the model's max_len={longest}"
             )
+        if self.domain is not None:
+            return self.domain.problem(text)
         return None
+
+    def doubt(self, text: str, translation: str) -> str | None:
+        """Why ``translation`` of ``text`` cannot be right (it does not
+        round-trip, :meth:`NumberDomain.doubt`), or None; always None
+        without a domain."""
+        if self.domain is None:
+            return None
+        return self.domain.doubt(text, translation)
 
     def translate(
         self,
@@ -103,6 +125,8 @@ class Translator:
         """A checkpoint as ``save_checkpoint`` writes it
         (:mod:`transformer_lite.training.checkpoint`), holding the
         tokenizers too; loads with ``weights_only=True``."""
+        if self.domain is not None:
+            extra = {"domain": self.domain.to_dict(), **extra}
         save_checkpoint(
             path,
             self.model,
@@ -120,7 +144,8 @@ class Translator:
 
     @classmethod
     def from_model(cls, model: Transformer, extra: dict) -> "Translator":
-        """From a model and the extra data of its checkpoint."""
+        """From a model and the extra data of its checkpoint (its
+        tokenizers, and its domain if it has one)."""
         tokenizers = []
         for name in ("src_tokenizer", "tgt_tokenizer"):
             if not isinstance(extra.get(name), str):
@@ -140,4 +165,10 @@ class Translator:
                     f"the {side} tokenizer has {tokenizer.vocab_size} "
                     f"tokens, the model only {vocab}"
                 )
-        return cls(model.eval(), *tokenizers)
+        domain = None
+        if "domain" in extra:
+            try:
+                domain = NumberDomain.from_dict(extra["domain"])
+            except ValueError as err:
+                raise ValueError(f"the checkpoint's domain: {err}") from err
+        return cls(model.eval(), *tokenizers, domain=domain)
