@@ -673,8 +673,8 @@ assert read_number(number_words(421097, "de"), "de") == 421097
 # per language, made once, and each check then tries a few prefixes of
 # the text and writes out one or two numbers, a fraction of a
 # millisecond (the cell above prints it beside the time of a greedy
-# translation in a batch of 500). The command line's translator keeps its domain in its file
-# and makes both checks: an input outside the domain, or an answer that
+# translation in a batch of 500). The command line's translator keeps
+# its domain in its file and makes both checks: an input outside the domain, or an answer that
 # does not round-trip, gets one line on stderr and an empty line on
 # stdout, and the exit status is 1; `--unchecked` prints the model's
 # answer anyway. Most tasks have no such check (no program can read an
