@@ -669,18 +669,17 @@ assert flagged == wrong  # exactly the wrong answers, whatever the model
 assert read_number(number_words(421097, "de"), "de") == 421097
 
 # %% [markdown]
-# The check is cheap: the lexicon is about 2,000 calls to `num2words`
-# per language, made once, and each check then tries a few prefixes of
-# the text and writes out one or two numbers, a fraction of a
-# millisecond (the cell above prints it beside the time of a greedy
-# translation in a batch of 500). The command line's translator keeps
-# its domain in its file and makes both checks: an input outside the
-# domain, or an answer that does not round-trip, gets one line on
-# stderr and an empty line on stdout, and the exit status is 1;
-# `--unchecked` prints the model's answer anyway. Most tasks have no such check (no program can read an
-# English sentence back into German), and there the confident wrong
-# answer is a problem that only calibration or a second model can
-# address.
+# The check is cheap: the lexicon is about 2,000 calls to `num2words` per
+# language, made once, and each check then tries a few prefixes of the text and
+# writes out one or two numbers, a fraction of a millisecond (the cell above
+# prints it beside the time of a greedy translation in a batch of 500). The
+# command line's translator keeps its domain in its file and makes both checks:
+# an input outside the domain, or an answer that does not round-trip, gets one
+# line on stderr and an empty line on stdout, and the exit status is 1;
+# `--unchecked` prints the model's answer anyway. Most tasks have no such check
+# (no program can read an English sentence back into German), and there the
+# confident wrong answer is a problem that only calibration or a second model
+# can address.
 
 # %% [markdown]
 # ## Beam search
