@@ -809,7 +809,9 @@ for k in range(N_SEEDS):
     # 0.75 and more), T5 at least half (0.55) ...
     for p in ("rope", "alibi", "shaw"):
         assert acc[p, k, 2 * L] > 0.65, (p, k, acc[p, k, 2 * L])
-    assert acc["t5", k, 2 * L] > 0.45, (k, acc["t5", k, 2 * L])
+    # T5's spread there is the widest, 0.55 to 1.0: its floor sits a
+    # third of that below the worst run.
+    assert acc["t5", k, 2 * L] > 0.4, (k, acc["t5", k, 2 * L])
     # ... and at 4L Shaw, ALiBi and RoPE beat every absolute scheme, by
     # 0.11 and more.
     for p in ("shaw", "alibi", "rope"):
