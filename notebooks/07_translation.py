@@ -612,9 +612,8 @@ assert loaded.src_tokenizer.to_json() == src_tok.to_json()
 # ## Knowing what it does not know
 #
 # A trained model answers every input. It has only English number words
-# to answer with, so it answers greetings, numbers beyond its range and
-# numbers with a noun after them with English number words too, in the
-# same confident voice:
+# to answer with, so it answers a greeting, a number beyond its range
+# and a number with a noun after it with English number words too:
 
 # %%
 outside = ["Guten Morgen", "eine Million", "dreiundzwanzig Äpfel"]
@@ -664,6 +663,7 @@ print(checked.doubt("einundzwanzig", "seventy-one thousand and seventy-seven"))
 
 # %% tags=["remove-cell"]
 assert all(checked.problem(text) is not None for text in outside)
+assert all(translator.translate(outside))  # an answer for each, none empty
 assert all(read_number(s, "de") is not None for s in test_sources)
 assert flagged == wrong  # exactly the wrong answers, whatever the model
 assert read_number(number_words(421097, "de"), "de") == 421097

@@ -210,7 +210,9 @@ def repeated_numbers(
 # Reading number words back: the inverse of number_words, for the
 # translator's check of its own domain and answers.
 
-SEPARATORS = ("", " ", ", ", " and ")  # after "tausend", "mille", "thousand"
+# What may follow "tausend", "mille", "thousand": nothing (German writes
+# one word), a space, a comma, "and".
+SEPARATORS = ("", " ", ", ", " and ")
 
 
 @functools.cache
@@ -245,13 +247,11 @@ def _readings(
         rest = text[len(words) :]
         if not rest:
             yield value
-        for sep in SEPARATORS[1:] if rest else ():
+            continue
+        for sep in SEPARATORS:
             if rest.startswith(sep):
                 for low in _readings(rest[len(sep) :], below, scaled, scale):
                     yield value + low
-        if rest and not rest[0].isspace():  # German: one word
-            for low in _readings(rest, below, scaled, scale):
-                yield value + low
 
 
 def read_number(
