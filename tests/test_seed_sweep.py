@@ -114,6 +114,17 @@ def test_the_grid_is_seeds_by_kernels_then_seeds_by_threads():
         }
 
 
+def test_a_native_run_is_named_by_what_the_cpu_picked():
+    import torch
+
+    here = torch.backends.cpu.get_cpu_capability().lower()
+    assert seed_sweep.shown("native") == here != "native"
+    assert seed_sweep.shown("baseline") == "baseline"
+    assert seed_sweep.setting_name(0, seed_sweep.shown("native"), 2) == (
+        f"s0-{here}-t2"
+    )
+
+
 def test_a_loop_collapses_to_one_row_with_its_worst_pass():
     def claim(n, value):
         return {"cell": 1, "text": "d < 3", "n": n, "ops": ["<"],

@@ -14,7 +14,10 @@ run with a stated margin. Usage::
 
 The grid is every seed under every kernel setting at one thread, plus
 every seed at each other thread count on the native kernels (3 x 3 + 3
-x 1 = 12 runs a chapter by default). Jobs run ``--workers`` at a time, a
+x 1 = 12 runs a chapter by default). A native run is named by what
+ATen picked on this CPU (``s0-avx512-t1`` on an AVX-512 machine,
+``s0-avx2-t1`` on an AVX2 one), so tables from two CPUs merge
+(``--merge``) with every run under its own name. Jobs run ``--workers`` at a time, a
 two-thread job taking two workers' cores.
 
 Writes one JSON file per run under ``--out`` (default _build/sweep) and,
@@ -25,6 +28,7 @@ raised.
 """
 
 import argparse
+import functools
 import json
 import os
 import subprocess
@@ -59,6 +63,14 @@ SHOWN = 5  # failures listed per run: the first is usually the cause
 
 def setting_name(seed: int, kernels: str, threads: int) -> str:
     return f"s{seed}-{kernels}-t{threads}"
+
+
+def shown(kernels: str) -> str:
+    """A setting's name in the tables: the native one is named by what
+    ATen picked on this CPU (``avx2`` on an AVX2 machine, ``avx512`` on an
+    AVX-512 one), so that tables measured on different CPUs merge without
+    two different runs sharing the name ``native``."""
+    return native_capability() if kernels == "native" else kernels
 
 
 def execute(notebook: Path, out: Path) -> int:
@@ -100,6 +112,7 @@ def execute(notebook: Path, out: Path) -> int:
     return 0
 
 
+@functools.cache
 def native_capability() -> str:
     """The name in KERNELS of what ATen picks here by itself."""
     import torch
@@ -127,7 +140,7 @@ def run_all(notebooks, grid, workers: int, out: Path) -> dict:
     while jobs or running:
         while jobs and min(jobs[0][1][2], workers) <= free:
             notebook, (seed, kernels, threads) = jobs.pop(0)
-            name = setting_name(seed, kernels, threads)
+            name = setting_name(seed, shown(kernels), threads)
             path = out / notebook.stem / f"{name}.json"
             path.parent.mkdir(parents=True, exist_ok=True)
             path.unlink(missing_ok=True)
@@ -307,8 +320,10 @@ def collapse(table: list[dict]) -> list[dict]:
     return list(rows.values())
 
 
-def report(notebooks, grid, results: dict, record: Path | None) -> int:
-    names = [setting_name(*s) for s in grid]
+def report(
+    notebooks, grid, results: dict, record: Path | None, label=shown
+) -> int:
+    names = [setting_name(s, label(k), t) for s, k, t in grid]
     print("\n| chapter | " + " | ".join(names) + " |")
     print("|---" * (len(names) + 1) + "|")
     for nb in notebooks:
@@ -480,7 +495,8 @@ def collect(folders: list[Path], record: Path | None) -> int:
                 (stem, setting_name(*g)),
                 {"claims": [], "errors": [], "missing": True},
             )
-    return report(notebooks, grid, results, record)
+    # The names are as saved: a native run keeps the name it was given.
+    return report(notebooks, grid, results, record, label=lambda k: k)
 
 
 def words(text: str) -> list[str]:
