@@ -17,8 +17,8 @@ every seed at each other thread count on the native kernels (3 x 3 + 3
 x 1 = 12 runs a chapter by default). A native run is named by what
 ATen picked on this CPU (``s0-avx512-t1`` on an AVX-512 machine,
 ``s0-avx2-t1`` on an AVX2 one), so tables from two CPUs merge
-(``--merge``) with every run under its own name. Jobs run ``--workers`` at a time, a
-two-thread job taking two workers' cores.
+(``--merge``) with every run under its own name. Jobs run
+``--workers`` at a time, a two-thread job taking two workers' cores.
 
 Writes one JSON file per run under ``--out`` (default _build/sweep) and,
 with ``--record DIR``, a table per chapter to DIR/NN.json; prints a
