@@ -274,19 +274,30 @@ ax.legend(loc="center right")
 plt.show()
 
 # %% tags=["remove-cell"]
-for position, accuracy in by_marker.items():
-    early = statistics.mean(accuracy[:5])  # markers 1 to 5
-    past = statistics.mean(accuracy[L - 1:])  # answers past symbol L
-    assert early > 0.85 and past < 0.25, (position, early, past)
+# Floors from the sweep (notebooks/sweeps/09.json, 21 runs: BOOK_SEED
+# 0-4, three kernel settings, one and two threads) less a third of the
+# spread or more. Markers 1 to 5: learned 0.87-1.0, sinusoidal 0.57-1.0
+# (BOOK_SEED 3 and 4 start from a slow table of sines); past symbol L:
+# 0.08-0.28; early minus past: 0.44 and more.
+early = {p: statistics.mean(a[:5]) for p, a in by_marker.items()}
+past = {p: statistics.mean(a[L - 1:]) for p, a in by_marker.items()}
+assert early["learned"] > 0.8, early
+assert early["sinusoidal"] > 0.4, early
+for position in by_marker:
+    assert past[position] < 0.35, past
+    assert early[position] > past[position] + 0.25, (early, past)
 
 # %% [markdown]
-# Where the marker sits early, both models are right almost every time.
-# Over the last trained places accuracy already falls (training reached
-# them rarely: lengths are uniform from 2 to 8 and the marker uniform
-# within), and as soon as the answer lies past the $L$-th symbol it
-# collapses to about what a guess among the symbols of the sequence
-# scores. The models did not learn "the next token"; they learnt,
-# position by position, where to look.
+# Where the marker sits early, the models are mostly right: over the
+# book's sweep (21 runs of seeds and CPU kernels), markers 1 to 5 found
+# the answer 87% to 100% of the time with the learned table, and 57% to
+# 100% with the table of sines, which on some seeds learns slowly (more
+# on that below). Over the last trained places accuracy already falls
+# (training reached them rarely: lengths are uniform from 2 to 8 and the
+# marker uniform within), and as soon as the answer lies past the
+# $L$-th symbol it collapses, to between 8% and 28%. The models did not
+# learn "the next token"; they learnt, position by position, where to
+# look.
 #
 # For the learned table the reason is plain to see: a row of the table
 # that no training sequence reached never received a gradient, so it is
@@ -788,25 +799,26 @@ bars = base.mark_errorbar().encode(y=alt.Y("min:Q", title="accuracy"),
 acc = {(p, k, n): a for p, k, n, a in scores}
 absolute, relative = ("sinusoidal", "learned"), ("rope", "alibi", "t5",
                                                   "shaw")
-# Floors from the sweep (notebooks/sweeps/09.json: BOOK_SEED 0-2, this
-# CPU's kernels and SSE ones) less a margin of a third of the spread or
-# more; the worst values seen are in the comments.
+# Floors from the sweep (notebooks/sweeps/09.json: 21 runs, BOOK_SEED
+# 0-4 under three kernel settings, 0-2 at two threads) less a margin of
+# a third of the spread or more; the worst values seen are in the
+# comments.
 for k in range(N_SEEDS):
     # Learned and relative schemes fit the training lengths (0.94 and
     # more), ALiBi a little less well (0.90), sinusoidal less reliably
-    # (0.79); none cannot.
+    # (0.69); none cannot.
     for p in ("learned", "rope", "t5", "shaw"):
         assert acc[p, k, L] > 0.9, (p, k, acc[p, k, L])
     assert acc["alibi", k, L] > 0.85, (k, acc["alibi", k, L])
-    assert acc["sinusoidal", k, L] > 0.6
+    assert acc["sinusoidal", k, L] > 0.55
     assert all(acc["none", k, n] < 0.35 for n in TEST_LENGTHS)
     # Absolute schemes lose about half at 2L and most at 4L ...
     for p in absolute:
         assert acc[p, k, 2 * L] < 0.65
         assert acc[p, k, 4 * L] < 0.35
-        assert acc[p, k, L] - acc[p, k, 2 * L] > 0.3  # 0.39 and more
+        assert acc[p, k, L] - acc[p, k, 2 * L] > 0.25  # 0.36 and more
     # ... relative ones keep most of it at 2L (RoPE, ALiBi and Shaw
-    # 0.75 and more), T5 at least half (0.55) ...
+    # 0.74 and more), T5 at least half (0.55) ...
     for p in ("rope", "alibi", "shaw"):
         assert acc[p, k, 2 * L] > 0.65, (p, k, acc[p, k, 2 * L])
     # T5's spread there is the widest, 0.55 to 1.0: its floor sits a
@@ -820,11 +832,12 @@ for k in range(N_SEEDS):
     assert max(acc[p, k, 4 * L] for p in relative) > 0.7
 
 # %% [markdown]
-# What holds for each of the three models of every scheme, in the runs of
-# this chapter we made with `BOOK_SEED` 0, 1 and 2 (five different
+# What holds for each of the three models of every scheme, in the 21
+# runs of this chapter we made with `BOOK_SEED` 0 to 4 (seven different
 # models per scheme, since run $b$ trains the models $b$, $b + 1$,
-# $b + 2$), each with this CPU's own kernels and with plain SSE ones
-# (`make seed-sweep`; the measured table is `notebooks/sweeps/09.json`):
+# $b + 2$), each under AVX-512, AVX2 and plain SSE kernels, and seeds 0
+# to 2 at two threads too (`make seed-sweep`; the measured table is
+# `notebooks/sweeps/09.json`):
 #
 # - **The learned table and every relative scheme learn the task** at
 #   the training length: 94% and more, ALiBi 90% and more. **None**
@@ -840,15 +853,16 @@ for k in range(N_SEEDS):
 #   schemes, by 11 points or more.
 #
 # One thing did not hold for every model: the sinusoidal scheme learnt
-# more slowly than the others, and one of its five models reached only
-# 79% to 80% at the training length in 300 steps (the other four 97% or
-# more; on other machines, that model has landed between 70% and 80%).
-# Which of the two depends on the machine: the same seeds on two
-# CPUs whose vector units add in a different order give slightly
-# different rounding, and a model at the edge of learning the task in
-# time goes one way or the other. A claim that survives five models
-# survives this too; one that needs a single run to land exactly does
-# not. The order among the relative schemes is a matter of seed and of
+# more slowly than the others, and one of its seven models reached only
+# 69% to 80% at the training length in 300 steps (the other six 96% or
+# more). Where in that range it lands depends on the machine: the same
+# seed under AVX-512, AVX2 and SSE kernels gave 76%, 69% and 78%, since
+# vector units that add in a different order round slightly differently,
+# and a model at the edge of learning the task in time goes one way or
+# the other. (The thread count changed nothing here: the chapter trains
+# on one thread whatever the machine has.) A claim that survives seven
+# models under three kernels survives this too; one that needs a single
+# run to land exactly does not. The order among the relative schemes is a matter of seed and of
 # this task, and we do not assert it; what follows are the tendencies of
 # our runs, with the explanations we believe but have not measured.
 # Shaw's clipped keys were the most robust at $4L$, as one would expect:

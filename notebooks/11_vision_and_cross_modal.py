@@ -369,39 +369,42 @@ results.round({"test accuracy": 4, "moved test accuracy": 4,
                "training seconds": 1})
 
 # %% tags=["remove-cell"]
-# Floors from the sweep (notebooks/sweeps/11.json) less a margin; the
-# ViT's 0.9644 is BOOK_SEED 0 on an AVX-512 machine.
+# Floors from the sweep (notebooks/sweeps/11.json, 21 runs: BOOK_SEED
+# 0-4 under AVX-512, AVX2 and SSE kernels, 0-2 at two threads) less a
+# third of the spread or more. The ViT and the CNN are 1.1 points apart
+# at most one way (the ViT ahead, BOOK_SEED 4, AVX-512) and 2.7 the
+# other; the ViT and the linear model 2.9 at most.
 _moved = results["moved test accuracy"]
 assert vit_accuracy >= 0.94, vit_accuracy
 assert cnn_log["accuracy"][-1] >= 0.97, cnn_log
 assert logistic_accuracy >= 0.95, logistic_accuracy
-assert abs(vit_accuracy - logistic_accuracy) < 0.03, results
+assert abs(vit_accuracy - logistic_accuracy) < 0.04, results
 assert _moved["ViT"] >= 0.9, results
 assert _moved["small CNN"] >= 0.93, results
 assert _moved["logistic regression"] < 0.5, results
 assert _moved["ViT"] > _moved["logistic regression"] + 0.4, results
-assert cnn_log["accuracy"][-1] >= vit_accuracy - 0.01, results
+assert abs(cnn_log["accuracy"][-1] - vit_accuracy) < 0.04, results
 assert vit_log["seconds"] > cnn_log["seconds"]
 
 # %% [markdown]
 # All three read the held-out handwriting well. The numbers printed
-# above are this run's; over the book's sweep (`BOOK_SEED` 0 to 4, each
-# with this CPU's own kernels and with plain SSE ones, `make
-# seed-sweep`), the ViT scored 97.6% to 98.2%, the CNN 98.0% to 99.3%
-# and logistic regression 96.2% to 97.1%. On another machine, with
-# AVX-512 kernels, the ViT of `BOOK_SEED` 0 scored 96.4%: below the
-# linear model. On the digits as they are, the ViT and the linear
-# model are within a point or so of each other, and which one is ahead
-# depends on the seed and the machine, so the book does not rank them.
+# above are this run's; over the book's sweep (21 runs: `BOOK_SEED` 0 to
+# 4 under AVX-512, AVX2 and plain SSE kernels, and 0 to 2 at two
+# threads, `make seed-sweep`), the ViT scored 96.7% to 99.3%, the CNN
+# 98.0% to 99.3% and logistic regression 96.2% to 97.1%. On the digits
+# as they are, the three are within three points of each other, and
+# which one is ahead depends on the seed and the machine (the ranges of
+# the ViT and of the linear model overlap, and in one run of the 21 the
+# ViT beat the CNN, by 1.1 points), so the book does not rank them.
 #
 # The last column does. It is the same test digits, each moved by up to
 # a pixel. Logistic regression falls to 37% to 38%: its weights belong
 # to fixed pixels, and a stroke one pixel over lands on other weights.
-# The ViT (96.2% to 98.2%) and the CNN (95.1% to 97.6%) barely notice;
+# The ViT (95.3% to 98.2%) and the CNN (95.1% to 97.6%) barely notice;
 # both were trained on shifted digits, and both read a patch or a
-# neighbourhood with the same weights wherever it is. The CNN matches
-# or beats the ViT with a tenth of the epochs: on 1,347 images, the
-# ViT's generality buys little. What the table hides is the cost. The
+# neighbourhood with the same weights wherever it is. The CNN is as good
+# as the ViT, to within a point or two either way, with a tenth of the
+# epochs: on 1,347 images, the ViT's generality buys little. What the table hides is the cost. The
 # curves below show each network's test accuracy as training goes on:
 
 # %%
@@ -686,16 +689,18 @@ by_digits.round(3)
 
 # %% tags=["remove-cell"]
 assert torch.equal(greedy, cached)
-assert right.float().mean().item() >= 0.89, by_digits
-assert right_beam.float().mean().item() >= 0.89, by_digits
+assert right.float().mean().item() >= 0.88, by_digits  # 0.903 and more
+assert right_beam.float().mean().item() >= 0.88, by_digits
 assert abs(right_beam.float().mean() - right.float().mean()) < 0.03
 _by_k = by_digits["exact match (greedy)"]
-assert _by_k[0] > _by_k[2], by_digits  # one digit easier than three
+# one digit easier than three: in all 21 runs, by 1.2 points or more
+assert _by_k[0] > _by_k[2], by_digits
 
 # %% [markdown]
-# Over the sweep the reader got 92.8% to 95.8% of the test numbers
+# Over the sweep the reader got 90.3% to 96.8% of the test numbers
 # exactly right (greedy; the numbers above are this run's).
-# Three-digit numbers are the hardest (90.7% to 93.9%): every one of
+# Three-digit numbers are the hardest (86.8% to 96.3%, and in every run
+# below the one-digit numbers' 95.0% to 99.5%): every one of
 # their digits must be read right, by a frozen ViT that misreads about
 # two digits in a hundred, and the errors add up.
 
@@ -872,7 +877,7 @@ assert share >= 0.8, share
 #   learned positions, puts a learned class token in front, and runs
 #   chapter 5's encoder. The class token's output is classified.
 # - On scikit-learn's 8 x 8 digits, a ViT of about 135,000 parameters
-#   reached 96.4% to 98.2% on held-out handwriting in 150 epochs (over
+#   reached 96.7% to 99.3% on held-out handwriting in 150 epochs (over
 #   the seeds and CPUs we ran); a CNN of about the same size reached 98%
 #   to 99% in 15, and logistic regression on the pixels 96% to 97%. On
 #   the same digits moved by up to a pixel the linear model falls to
@@ -886,7 +891,7 @@ assert share >= 0.8, share
 #   the memory of the text decoder. Decoding, greedy or beam, with or
 #   without the KV cache, is the same code; it asks the model for its
 #   memory mask. With the trained ViT frozen as its encoder, reading
-#   each digit cell through a window mask, it read 93% to 96% of the
+#   each digit cell through a window mask, it read 90% to 97% of the
 #   test numbers exactly (over the sweep), three-digit numbers hardest;
 #   its misreadings are confident ones, which beam search cannot mend;
 #   and its cross-attention reads the digits in the order the words
