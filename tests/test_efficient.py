@@ -9,8 +9,9 @@ from conftest import assert_close, random_padding
 
 from transformer_lite import make_model
 from transformer_lite.attention import (
+    MultiHeadAttention,
     scaled_dot_product_attention,
-    set_fused_attention,
+    set_attention_kernel,
 )
 from transformer_lite.bench import memory
 from transformer_lite.bench.memory import peak_memory
@@ -239,12 +240,15 @@ def test_peak_memory_on_cuda():
     assert n <= measured < n + 2**20  # the caching allocator rounds up
 
 
-def test_set_fused_attention_switches_every_attention_module():
+def test_set_attention_kernel_switches_every_attention_module():
     model = make_model(11, 11, n_layers=2, d_model=16, d_ff=32, n_heads=2)
-    assert set_fused_attention(model) == 2 + 2 * 2  # encoder, decoder
-    assert all(m.fused for m in model.modules() if hasattr(m, "fused"))
-    set_fused_attention(model, False)
-    assert not any(m.fused for m in model.modules() if hasattr(m, "fused"))
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for kernel in ("fused", "chunked", "plain"):
+        assert set_attention_kernel(model, kernel) == 2 + 2 * 2  # enc, dec
+        assert {m.kernel for m in modules} == {kernel}
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        set_attention_kernel(model, "flash")
+    assert {m.kernel for m in modules} == {"plain"}  # nothing switched
 
 
 def test_recompute_bounds_training_memory():

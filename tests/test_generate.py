@@ -9,6 +9,7 @@ import pytest
 import torch
 from test_lm import V, random_tokens, tiny_lm
 
+from transformer_lite.attention import KERNELS
 from transformer_lite.lm import generate, top_k_filter, top_p_filter
 from transformer_lite.lm.generate import next_token
 from transformer_lite.model import POSITIONS
@@ -122,14 +123,14 @@ def test_temperature_zero_is_greedy(use_cache):
     assert torch.equal(got, expected)
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize(
     "options",
     [dict(temperature=0.0), dict(temperature=0.7, top_k=5),
      dict(temperature=1.3, top_p=0.8)],
 )  # fmt: skip
-def test_the_cache_gives_the_same_tokens(fused, options):
-    model = tiny_lm(fused=fused)
+def test_the_cache_gives_the_same_tokens(kernel, options):
+    model = tiny_lm(kernel=kernel)
     prompt = random_tokens(4, 3)
     outputs = [
         generate(model, prompt, 16, **options, use_cache=use_cache,

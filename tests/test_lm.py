@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from transformer_lite import seed_everything
+from transformer_lite.attention import KERNELS
 from transformer_lite.layers import EncoderLayer
 from transformer_lite.lm import LMConfig, make_lm
 from transformer_lite.model import POSITIONS
@@ -26,9 +27,9 @@ def random_tokens(B: int, L: int, seed: int = 0) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-@pytest.mark.parametrize("fused", [False, True])
-def test_the_future_does_not_change_the_past(position, fused):
-    model = tiny_lm(position=position, fused=fused)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_future_does_not_change_the_past(position, kernel):
+    model = tiny_lm(position=position, kernel=kernel)
     x = random_tokens(3, 12)
     y = x.clone()
     y[:, 7:] = random_tokens(3, 5, seed=1)
@@ -39,12 +40,13 @@ def test_the_future_does_not_change_the_past(position, fused):
 
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_fused_equals_plain(position, norm_first):
-    plain = tiny_lm(position=position, norm_first=norm_first, fused=False)
-    fused = tiny_lm(position=position, norm_first=norm_first, fused=True)
-    fused.load_state_dict(plain.state_dict())
+@pytest.mark.parametrize("kernel", ["fused", "chunked"])
+def test_every_kernel_equals_plain(position, norm_first, kernel):
+    plain = tiny_lm(position=position, norm_first=norm_first, kernel="plain")
+    other = tiny_lm(position=position, norm_first=norm_first, kernel=kernel)
+    other.load_state_dict(plain.state_dict())
     x = random_tokens(2, 10)
-    torch.testing.assert_close(fused(x), plain(x), rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(other(x), plain(x), rtol=1e-10, atol=1e-10)
 
 
 def test_a_block_is_the_encoder_layer_under_a_causal_mask():
@@ -59,10 +61,10 @@ def test_a_block_is_the_encoder_layer_under_a_causal_mask():
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("chunks", [[5, 7], [5, 1, 1, 5], [1] * 12])
-def test_cached_chunks_equal_one_pass(position, fused, chunks):
-    model = tiny_lm(position=position, fused=fused)
+def test_cached_chunks_equal_one_pass(position, kernel, chunks):
+    model = tiny_lm(position=position, kernel=kernel)
     x = random_tokens(2, 12)
     expected = model(x)  # (B, L, V)
     cache = model.new_cache()
@@ -78,7 +80,7 @@ def test_cached_chunks_equal_one_pass(position, fused, chunks):
 def test_causal_calls_reach_the_kernel_as_is_causal(kernel_calls):
     """A full pass and a cache's first chunk (Lq = Lk) hand the kernel
     is_causal=True and no mask; one cached token needs neither."""
-    model = tiny_lm(fused=True)
+    model = tiny_lm(kernel="fused")
     x = random_tokens(2, 6)
     model(x)
     cache = model.new_cache()
@@ -111,7 +113,7 @@ def test_training_mode_is_restored_and_gradients_flow():
         ({"d_model": 30, "n_heads": 4}, "divisible by n_heads"),
         ({"dropout": 1.0}, "dropout must be a finite number"),
         ({"tie_embeddings": 1}, "tie_embeddings must be True or False"),
-        ({"fused": "yes"}, "fused must be True or False"),
+        ({"kernel": "yes"}, "kernel must be one of"),
         ({"position": "relative"}, "position must be one of"),
     ],
 )

@@ -6,6 +6,7 @@ import pytest
 import torch
 from test_lm import V, random_tokens, tiny_lm
 
+from transformer_lite.attention import KERNELS
 from transformer_lite.lm import SegmentMemory
 from transformer_lite.lm.model import TABLES
 from transformer_lite.model import POSITIONS
@@ -20,14 +21,14 @@ def read_in_segments(model, x, mem_len):
     return torch.cat(pieces, dim=1)  # (B, L, V)
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("position", MEMORY_POSITIONS)
-def test_a_memory_of_everything_equals_one_pass(position, norm_first, fused):
+def test_a_memory_of_everything_equals_one_pass(position, norm_first, kernel):
     """Three segments, a memory long enough for all that came before:
     every block of every segment sees what one causal pass over the 15
     tokens shows it, so the logits agree (two blocks, float64)."""
-    model = tiny_lm(position=position, norm_first=norm_first, fused=fused)
+    model = tiny_lm(position=position, norm_first=norm_first, kernel=kernel)
     x = random_tokens(2, 15)
     got = read_in_segments(model, x, mem_len=2 * T)
     torch.testing.assert_close(got, model(x), rtol=1e-10, atol=1e-10)

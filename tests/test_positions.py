@@ -14,8 +14,9 @@ from transformer_lite import (
     TransformerConfig,
     make_model,
     padding_mask,
-    set_fused_attention,
+    set_attention_kernel,
 )
+from transformer_lite.attention import KERNELS
 from transformer_lite.positional import (
     LearnedPositionalEmbedding,
     NoPositionalEncoding,
@@ -136,26 +137,28 @@ def inputs(V=13):
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-def test_plain_and_fused_models_agree(position):
-    """Forward and gradients, in training mode without dropout, with
-    padding in source and target."""
+def test_every_kernel_gives_the_plain_model(position):
+    """Forward and gradients of the fused and chunked kernels against
+    the plain one, in training mode without dropout, with padding in
+    source and target."""
     torch.manual_seed(0)
     model = make_model(
         13, 13, **SIZES, dropout=0.0, position=position
     ).double()
     src, tgt = inputs()
     results = []
-    for fused in (False, True):
-        set_fused_attention(model, fused)
+    for kernel in KERNELS:  # plain first
+        assert set_attention_kernel(model, kernel) > 0
         model.zero_grad()
         out = model(src, tgt)
         out.pow(2).sum().backward()
         grads = [p.grad.clone() for p in model.parameters()]
         results.append((out, grads))
-    (plain, plain_grads), (fused, fused_grads) = results
-    torch.testing.assert_close(fused, plain, rtol=1e-10, atol=1e-10)
-    for a, b in zip(fused_grads, plain_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+    (plain, plain_grads), *others = results
+    for out, grads in others:
+        torch.testing.assert_close(out, plain, rtol=1e-10, atol=1e-10)
+        for a, b in zip(grads, plain_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("position", ["learned", "t5", "shaw"])

@@ -27,8 +27,9 @@ from those below it: :mod:`transformer_lite.training` (chapters 6-8),
 
 from transformer_lite.attention import (
     MultiHeadAttention,
+    attend,
     scaled_dot_product_attention,
-    set_fused_attention,
+    set_attention_kernel,
 )
 from transformer_lite.chunked import chunked_attention
 from transformer_lite.device import (
@@ -90,6 +91,7 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "causal_mask",
+    "attend",
     "chunked_attention",
     "default_device",
     "evaluating",
@@ -98,7 +100,7 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "seed_everything",
-    "set_fused_attention",
+    "set_attention_kernel",
     "sinusoidal_table",
     "target_mask",
 ]

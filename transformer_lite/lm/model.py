@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from torch import Tensor, nn
 
-from transformer_lite.attention import set_fused_attention
+from transformer_lite.attention import check_kernel, set_attention_kernel
 from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
@@ -47,15 +47,16 @@ class LMConfig:
     tie_embeddings: bool = True  # the output layer reuses the embedding
     position: str = "rope"  # where positions enter: model.POSITIONS
     max_len: int = 4096  # longest sequence the positions cover
-    fused: bool = True  # F.scaled_dot_product_attention, is_causal=True
+    kernel: str = "fused"  # attention.KERNELS; fused: is_causal=True
 
     def __post_init__(self) -> None:
         for name in ("vocab", "n_layers", "d_model", "d_ff", "n_heads"):
             check_int(name, getattr(self, name), low=1)
         check_int("max_len", self.max_len, low=1)
         check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        for name in ("norm_first", "tie_embeddings", "fused"):
+        for name in ("norm_first", "tie_embeddings"):
             check_bool(name, getattr(self, name))
+        check_kernel(self.kernel)
         check_widths(self.d_model, self.n_heads, self.position)
 
     def to_dict(self) -> dict:
@@ -99,7 +100,7 @@ class LanguageModel(ModelBasics, nn.Module):
         self.generator = nn.Linear(c.d_model, c.vocab)
         if c.tie_embeddings:
             self.generator.weight = self.embed.weight
-        set_fused_attention(self, c.fused)
+        set_attention_kernel(self, c.kernel)
 
     def forward(
         self,
