@@ -73,7 +73,6 @@ from transformer_lite.attention import scaled_dot_product_attention
 from transformer_lite.chunked import chunked_attention
 from transformer_lite.decoding import greedy_decode
 from transformer_lite.device import book_seed
-from transformer_lite.model import absolute_positions, relative_positions
 from transformer_lite.relative import (
     ALiBiBias,
     ShawRelativeKeys,
@@ -82,6 +81,11 @@ from transformer_lite.relative import (
     t5_bucket,
 )
 from transformer_lite.rotary import RotaryEmbedding, rotate_pairs
+from transformer_lite.schemes import (
+    SCHEMES,
+    absolute_positions,
+    relative_positions,
+)
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_lite.training import Batch, LabelSmoothingLoss, train_step
 from transformer_lite.viz import heatmap
@@ -362,10 +366,26 @@ print(inspect.getsource(MultiHeadAttention._place_queries))
 # and keys at a time, so that no $(L, L)$ matrix is built. A query row
 # that may attend to nothing still gets zeros, never NaN, with any bias.
 #
-# `TransformerConfig(position=...)` chooses the scheme. Absolute schemes
-# become the module that adds positions to the embeddings; relative ones
-# go to every self-attention (cross-attention gets none: a target
-# position and a source position have no offset that means anything):
+# `TransformerConfig(position=...)` chooses the scheme, and one table
+# describes every scheme: where it enters, whether one module serves a
+# whole stack, whether it is a table of `max_len` rows (which a segment
+# memory, chapter 10, cannot shift), what the head width must satisfy,
+# and whether the ONNX export of chapter 12 takes it. Every part of the
+# package that depends on the scheme reads this table:
+
+# %%
+pd.DataFrame(
+    [(s.name, s.enters, s.absolute, s.shared, s.table, s.even_heads,
+      s.exportable) for s in SCHEMES.values()],
+    columns=["position", "enters", "absolute", "one module per stack",
+             "a table of max_len rows", "even heads", "exportable"],
+).set_index("position")
+
+# %% [markdown]
+# Absolute schemes become the module that adds positions to the
+# embeddings; relative ones go to every self-attention (cross-attention
+# gets none: a target position and a source position have no offset that
+# means anything):
 
 # %%
 show(absolute_positions, relative_positions)

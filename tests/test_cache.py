@@ -6,7 +6,8 @@ import torch
 
 from transformer_lite.cache import KVCache
 from transformer_lite.masks import padding_mask
-from transformer_lite.model import POSITIONS, make_model
+from transformer_lite.model import make_model
+from transformer_lite.schemes import POSITIONS
 
 
 def model_and_inputs(norm_first, seed=0, position="sinusoidal"):

@@ -12,7 +12,7 @@ from test_lm import V, random_tokens, tiny_lm
 from transformer_lite.attention import KERNELS
 from transformer_lite.lm import generate, top_k_filter, top_p_filter
 from transformer_lite.lm.generate import next_token
-from transformer_lite.model import POSITIONS
+from transformer_lite.schemes import POSITIONS
 
 
 def kept(filtered: torch.Tensor) -> set[int]:

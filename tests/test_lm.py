@@ -9,7 +9,7 @@ from transformer_lite import seed_everything
 from transformer_lite.attention import KERNELS
 from transformer_lite.layers import EncoderLayer
 from transformer_lite.lm import LMConfig, make_lm
-from transformer_lite.model import POSITIONS
+from transformer_lite.schemes import POSITIONS
 
 V = 19
 

@@ -8,10 +8,9 @@ from test_lm import V, random_tokens, tiny_lm
 
 from transformer_lite.attention import KERNELS
 from transformer_lite.lm import SegmentMemory
-from transformer_lite.lm.model import TABLES
-from transformer_lite.model import POSITIONS
+from transformer_lite.schemes import POSITIONS, SCHEMES
 
-MEMORY_POSITIONS = [p for p in POSITIONS if p not in TABLES]
+MEMORY_POSITIONS = [p for p in POSITIONS if not SCHEMES[p].table]
 T = 5  # segment length
 
 

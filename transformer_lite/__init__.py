@@ -47,7 +47,6 @@ from transformer_lite.layers import (
 )
 from transformer_lite.masks import causal_mask, padding_mask, target_mask
 from transformer_lite.model import (
-    POSITIONS,
     Transformer,
     TransformerConfig,
     make_model,
@@ -65,6 +64,7 @@ from transformer_lite.relative import (
     T5RelativeBias,
 )
 from transformer_lite.rotary import RotaryEmbedding
+from transformer_lite.schemes import POSITIONS, SCHEMES
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 
 __version__ = "0.1.0"
@@ -74,6 +74,7 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "POSITIONS",
+    "SCHEMES",
     "ALiBiBias",
     "Decoder",
     "DecoderLayer",

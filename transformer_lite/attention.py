@@ -19,7 +19,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lite.cache import KVCache
-from transformer_lite.checks import check_bool, check_int, check_real
+from transformer_lite.checks import (
+    check_bool,
+    check_heads,
+    check_int,
+    check_real,
+)
 from transformer_lite.chunked import chunked_attention
 from transformer_lite.masks import causal_mask, check_mask
 from transformer_lite.positional import RelativePosition
@@ -237,11 +242,7 @@ class MultiHeadAttention(nn.Module):
         super().__init__()
         check_int("d_model", d_model, low=1)
         check_int("n_heads", n_heads, low=1)
-        if d_model % n_heads != 0:
-            raise ValueError(
-                f"d_model ({d_model}) must be a positive multiple of "
-                f"n_heads ({n_heads})"
-            )
+        check_heads(d_model, n_heads)
         check_real("dropout", dropout, low=0.0, high=1.0, high_open=True)
         check_bool("bias", bias)
         check_kernel(kernel)

@@ -23,9 +23,35 @@ from transformer_lite.attention import MultiHeadAttention
 from transformer_lite.cache import DecoderCache, KVCache, LayerCache
 from transformer_lite.positional import RelativePosition
 
-__all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
+__all__ = [
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "glorot_init",
+]
 
 LAYER_NORM_EPS = 1e-5  # as nn.LayerNorm and nn.TransformerEncoderLayer
+
+
+def glorot_init(model: nn.Module, keep: Sequence[str] = ()) -> None:
+    """The start of every model of the book: Glorot-uniform for every
+    matrix, zero for every bias, LayerNorm weights left at one.
+
+    ``keep``: the names of the modules or parameters that keep their
+    own start, such as position tables or a class token. The parameters
+    are visited in ``named_parameters`` order, so a seed gives one model.
+    """
+    kept = set(keep)
+    below = tuple(f"{name}." for name in keep)
+    for name, p in model.named_parameters():
+        if name in kept or name.startswith(below):
+            continue
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
 
 
 class FeedForward(nn.Module):

@@ -17,17 +17,17 @@ from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
 from transformer_lite.lm.memory import SegmentMemory
-from transformer_lite.model import (
-    ModelBasics,
+from transformer_lite.model import ModelBasics
+from transformer_lite.schemes import (
+    POSITIONS,
     absolute_positions,
     check_widths,
     relative_positions,
+    scheme,
 )
 from transformer_lite.tokens import check_ids_here, check_token_tensor
 
 __all__ = ["LMConfig", "LanguageModel", "make_lm"]
-
-TABLES = ("sinusoidal", "learned")  # absolute: a memory cannot use them
 
 
 @dataclass
@@ -45,7 +45,7 @@ class LMConfig:
     dropout: float = 0.1  # one rate for every dropout
     norm_first: bool = True  # pre-LN (GPT-2 and later); False: post-LN
     tie_embeddings: bool = True  # the output layer reuses the embedding
-    position: str = "rope"  # where positions enter: model.POSITIONS
+    position: str = "rope"  # where positions enter: schemes.POSITIONS
     max_len: int = 4096  # longest sequence the positions cover
     kernel: str = "fused"  # attention.KERNELS; fused: is_causal=True
 
@@ -127,12 +127,13 @@ class LanguageModel(ModelBasics, nn.Module):
         check_ids_here(tokens, self.config.vocab, "tokens", self.check_ids)
         if cache is not None and memory is not None:
             raise ValueError("pass a cache or a segment memory, not both")
-        if memory is not None and self.config.position in TABLES:
+        if memory is not None and scheme(self.config.position).table:
+            others = ", ".join(p for p in POSITIONS if not scheme(p).table)
             raise ValueError(
                 "a segment memory needs relative positions (or none): its "
                 "tokens were seen at other offsets than the segment's; "
-                f"build the model with position='rope', 'alibi', 't5', "
-                f"'shaw' or 'none', not {self.config.position!r}"
+                f"build the model with position in {others}, not "
+                f"{self.config.position!r}"
             )
         offset = 0 if cache is None else cache.length
         x = self.embed(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
