@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from torch import Tensor, nn
 
 from transformer_lite.attention import check_kernel, set_attention_kernel
-from transformer_lite.cache import DecoderCache
+from transformer_lite.cache import StackCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
 from transformer_lite.lm.memory import SegmentMemory
@@ -106,7 +106,7 @@ class LanguageModel(ModelBasics, nn.Module):
         self,
         tokens: Tensor,
         *,
-        cache: DecoderCache | None = None,
+        cache: StackCache | None = None,
         memory: SegmentMemory | None = None,
     ) -> Tensor:
         """Next-token logits for every position of ``tokens``.
@@ -152,8 +152,8 @@ class LanguageModel(ModelBasics, nn.Module):
             inputs.append(x)
             x = layer(
                 x,
-                memory=None if memory is None else memory.layer(i),
-                cache=None if cache is None else cache.layers[i].self_attn,
+                segment=None if memory is None else memory.layer(i),
+                cache=None if cache is None else cache.layers[i],
                 is_causal=True,
             )  # (B, L, C)
         if cache is not None:
@@ -162,10 +162,10 @@ class LanguageModel(ModelBasics, nn.Module):
             memory.update(inputs)
         return self.generator(self.norm(x))  # (B, L, V)
 
-    def new_cache(self) -> DecoderCache:
-        """An empty key/value cache for generation (chapters 8 and 10);
-        only the self-attention half of each layer's cache is used."""
-        return DecoderCache.empty(self.config.n_layers)
+    def new_cache(self) -> StackCache:
+        """An empty key/value cache for generation (chapters 8 and 10):
+        one self-attention cache per block."""
+        return StackCache.empty(self.config.n_layers)
 
     def new_memory(self, mem_len: int) -> SegmentMemory:
         """An empty Transformer-XL memory of ``mem_len`` positions."""
