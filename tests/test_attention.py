@@ -1,5 +1,6 @@
 """Attention against PyTorch's own: F.scaled_dot_product_attention and
-nn.MultiheadAttention, outputs and gradients, plus invariants and errors."""
+nn.MultiheadAttention, outputs and gradients, plus invariants, errors
+and ``set_attention_kernel``."""
 
 import math
 
@@ -9,11 +10,13 @@ import torch.nn.functional as F
 from conftest import assert_close, random_padding
 from torch import nn
 
+from transformer_lite import make_model
 from transformer_lite.attention import (
     KERNELS,
     MultiHeadAttention,
     attend,
     scaled_dot_product_attention,
+    set_attention_kernel,
 )
 from transformer_lite.cache import KVCache
 from transformer_lite.interop import from_torch_mha
@@ -584,6 +587,17 @@ def test_the_chunked_kernel_refuses_dropout_in_training_only():
     with pytest.raises(ValueError, match="no weights to drop"):
         mha.train()(x, x, x)
     assert mha.eval()(x, x, x).shape == (2, 5, 16)
+
+
+def test_set_attention_kernel_switches_every_attention_module():
+    model = make_model(11, 11, n_layers=2, d_model=16, d_ff=32, n_heads=2)
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for kernel in ("fused", "chunked", "plain"):
+        assert set_attention_kernel(model, kernel) == 2 + 2 * 2  # enc, dec
+        assert {m.kernel for m in modules} == {kernel}
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        set_attention_kernel(model, "flash")
+    assert {m.kernel for m in modules} == {"plain"}  # nothing switched
 
 
 def test_forward_is_the_seam_in_thirty_statement_lines():
