@@ -160,6 +160,17 @@ def random_batch(rows: int = 4, seed: int = 0):
     )
 
 
+def padded_src_tgt(vocab: int = 13):
+    """(3, 7) sources and (3, 6) targets, ids in [3, vocab), seeded; the
+    first source row and the second target row padded at the end."""
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(3, vocab, (3, 7), generator=g)
+    src[0, 4:] = 0
+    tgt = torch.randint(3, vocab, (3, 6), generator=g)
+    tgt[1, 3:] = 0
+    return src, tgt
+
+
 def same_parameters(a, b, atol: float = 0.0) -> bool:
     """Whether two models' parameters are equal, within ``atol``."""
     return all(

@@ -1,14 +1,20 @@
-"""Tests for transformer_lite.training.checkpoint (chapters 6 and 7):
+"""Tests for transformer_lite.training.checkpoint (chapters 6, 7 and 9):
 resuming from a checkpoint equals training straight through, a model is
-rebuilt from its saved config with the same outputs, a model of another
-configuration or vocabulary is named field by field, and missing,
-corrupt, pickled and foreign files are clear errors.
+rebuilt from its saved config with the same outputs (its position scheme
+too), a model of another configuration or vocabulary is named field by
+field, and missing, corrupt, pickled and foreign files are clear errors.
 tests/test_checkpoint_safety.py feeds it untrusted files and
 tests/test_average_checkpoints.py averages checkpoints."""
 
 import pytest
 import torch
-from conftest import PAD, random_batch, same_parameters, tiny_model
+from conftest import (
+    PAD,
+    padded_src_tgt,
+    random_batch,
+    same_parameters,
+    tiny_model,
+)
 from conftest import VOCAB as V
 
 from transformer_lite import make_model
@@ -23,6 +29,8 @@ from transformer_lite.training.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+
+FOUR_HEADS = dict(n_layers=2, d_model=16, d_ff=32, n_heads=4)
 
 
 def _train(model, epochs, optimizer, scheduler):
@@ -156,3 +164,23 @@ def test_load_needs_saved_optimizer_state_to_restore_it(tmp_path):
         load_checkpoint(
             tmp_path / "m.pt", model, torch.optim.Adam(model.parameters())
         )
+
+
+@pytest.mark.parametrize("position", ["learned", "t5", "shaw"])
+def test_checkpoints_keep_the_scheme(position, tmp_path):
+    torch.manual_seed(0)
+    model = make_model(13, 13, **FOUR_HEADS, max_len=20, position=position)
+    for p in model.parameters():  # every table away from its start
+        torch.nn.init.normal_(p)
+    path = tmp_path / "model.pt"
+    save_checkpoint(path, model)
+    loaded, _ = load_checkpoint(path)
+    assert loaded.config.position == position
+    src, tgt = padded_src_tgt()
+    with torch.no_grad():
+        torch.testing.assert_close(
+            loaded.eval()(src, tgt), model.eval()(src, tgt)
+        )
+    if position == "t5":  # still one table per stack after loading
+        scheme = [layer.self_attn.position for layer in loaded.encoder.layers]
+        assert scheme[0] is scheme[1]

@@ -1,11 +1,17 @@
-"""The full model: sizes from the paper, causality, padding, errors."""
+"""The full model: sizes from the paper, causality, padding, errors, the
+parameters its config counts, and every attention kernel giving the
+plain kernel's outputs and gradients with every position scheme."""
 
 import pytest
 import torch
+from conftest import padded_src_tgt
 
+from transformer_lite.attention import KERNELS, set_attention_kernel
 from transformer_lite.model import Transformer, TransformerConfig, make_model
+from transformer_lite.schemes import POSITIONS
 
 PAD = 0
+FOUR_HEADS = dict(n_layers=2, d_model=16, d_ff=32, n_heads=4)
 
 
 def small_model(**fields):
@@ -168,6 +174,46 @@ def test_config_counts_parameters_without_building(fields):
     sizes = dict(n_layers=2, d_model=8, d_ff=16, n_heads=2) | fields
     config = TransformerConfig(13, 13, **sizes)
     assert config.n_parameters() == Transformer(config).count_parameters()
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("tie_embeddings", [False, True])
+def test_config_counts_every_schemes_parameters(position, tie_embeddings):
+    config = TransformerConfig(
+        13,
+        13,
+        **FOUR_HEADS,
+        max_len=40,
+        position=position,
+        tie_embeddings=tie_embeddings,
+    )
+    model = Transformer(config)
+    assert config.n_parameters() == model.count_parameters()
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_every_kernel_gives_the_plain_model(position):
+    """Forward and gradients of the fused and chunked kernels against
+    the plain one, in training mode without dropout, with padding in
+    source and target."""
+    torch.manual_seed(0)
+    model = make_model(
+        13, 13, **FOUR_HEADS, dropout=0.0, position=position
+    ).double()
+    src, tgt = padded_src_tgt()
+    results = []
+    for kernel in KERNELS:  # plain first
+        assert set_attention_kernel(model, kernel) > 0
+        model.zero_grad()
+        out = model(src, tgt)
+        out.pow(2).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        results.append((out, grads))
+    (plain, plain_grads), *others = results
+    for out, grads in others:
+        torch.testing.assert_close(out, plain, rtol=1e-10, atol=1e-10)
+        for a, b in zip(grads, plain_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize(
