@@ -709,7 +709,7 @@ for _dtype in (torch.float32, torch.bfloat16, torch.float16):
 
 # %%
 source = inspect.getsource(scaled_dot_product_attention)
-print(source[source.index("    d_k = "):])
+print(source[source.index("    with full_precision("):])
 
 # %% [markdown]
 # The same left-padded batch, through the package function in three
@@ -750,7 +750,8 @@ assert torch.allclose(scaled_dot_product_attention(q, k, v, mask4)[1][_ok],
 # the fused path of MultiHeadAttention follows the same zero rule
 _xl = torch.randn(2, 6, C, device=device)
 _plain = MultiHeadAttention(C, H, dropout=0.0).to(device).eval()
-_fused = MultiHeadAttention(C, H, dropout=0.0, fused=True).to(device).eval()
+_fused = MultiHeadAttention(C, H, dropout=0.0, kernel="fused")
+_fused = _fused.to(device).eval()
 _fused.load_state_dict(_plain.state_dict())
 with torch.no_grad():
     _a = _plain(_xl, _xl, _xl, left_mask)
@@ -758,7 +759,7 @@ with torch.no_grad():
 assert torch.allclose(_a, _b, atol=1e-5) and not _b.isnan().any()
 
 # %% [markdown]
-# `MultiHeadAttention(fused=True)`, which calls PyTorch's fused kernel,
+# `MultiHeadAttention(kernel="fused")`, which calls PyTorch's fused kernel,
 # applies the same rule to its output, so both paths return zeros for an
 # empty row (a hidden cell checks that they agree on this batch). The
 # design choice, then: **mask with `torch.finfo(dtype).min` inside the

@@ -403,8 +403,12 @@ assert not torch.allclose(out_package, mha(x_q, x_kv, x_kv), atol=1e-4)
 # The package's version is the same code with checks that explain
 # themselves (shapes, masks, arguments), an optional dropout on the
 # weights, and the two switches we meet below: `keep_weights` and
-# `fused`. Its `forward` (an argument not covered here belongs to a later
-# chapter):
+# `kernel`. Its `forward` reads in five steps: project the queries; project
+# the keys and values (or take them from a cache, chapter 8); place the
+# queries at their positions (chapter 9's relative schemes, none here);
+# `attend`; merge the heads and project with $W^O$. Everything that
+# knows *how* attention is computed (which kernel, the causal rule, a
+# row with nothing to attend to) sits behind the one call to `attend`:
 
 # %%
 print(inspect.getsource(MultiHeadAttention.forward))
@@ -765,14 +769,14 @@ assert wrong["output"] > 1e-3, wrong
 # memory. PyTorch's `F.scaled_dot_product_attention` computes the same
 # result with fused kernels (on a GPU: FlashAttention when there is no
 # mask, memory-efficient attention otherwise) that never store it.
-# `MultiHeadAttention` switches to it with `fused=True`; chapter 8
-# measures what it buys.
+# `MultiHeadAttention(kernel="fused")` switches to it; chapter 8
+# measures what it buys, and adds a third kernel, `"chunked"`.
 # Here we only check that it computes the same thing, in float64 and with
 # the causal-and-padding mask from above.
 
 # %%
 plain = MultiHeadAttention(d_model, h, dropout=0.0)
-fused = MultiHeadAttention(d_model, h, dropout=0.0, fused=True)
+fused = MultiHeadAttention(d_model, h, dropout=0.0, kernel="fused")
 fused.load_state_dict(plain.state_dict())
 plain = plain.double().to(exact).eval()
 fused = fused.double().to(exact).eval()
@@ -787,16 +791,22 @@ assert fused.weights is None
 
 # %% [markdown]
 # A fused kernel never forms the weights, so there is nothing to keep:
-# with `keep_weights = True` the module quietly takes the hand-written
-# path for that pass, and the weights are there to draw.
+# with `keep_weights = True` the module takes the hand-written kernel
+# for that pass, and the weights are there to draw. The module says
+# which kernel it will not run, and why, in `why_not_fused` (empty when
+# the fused kernel runs), as `nn.MultiheadAttention` explains when it
+# leaves its fast path.
 
 # %%
+print("why not fused:", repr(fused.why_not_fused))
 fused.keep_weights = True
 fused(x_tgt, x_tgt, x_tgt, mask_self)
 print("fused module, keep_weights=True:", tuple(fused.weights.shape))
+print("why not fused:", repr(fused.why_not_fused))
 
 # %% tags=["remove-cell"]
 assert fused.weights.shape == (B, h, T, T)
+assert "keep_weights" in fused.why_not_fused
 # causal: no weight on the future; padding: none on padded keys
 assert (fused.weights.triu(diagonal=1) == 0).all()
 assert (fused.weights[1, :, :, -2:] == 0).all()
@@ -861,8 +871,9 @@ else:
 #   $W^Q, W^K, W^V$; ours then equals `nn.MultiheadAttention` to within
 #   $10^{-12}$ in float64, forward and backward, with causal, padding and
 #   cross-attention masks (flipped by `to_torch_attn_mask`).
-# * `fused=True` calls `F.scaled_dot_product_attention` and gives the same
-#   result; chapter 8 measures it.
+# * `kernel="fused"` calls `F.scaled_dot_product_attention` and gives the
+#   same result; chapter 8 measures it. Every kernel sits behind one
+#   function, `attend`.
 #
 # ## Exercises
 #

@@ -576,7 +576,7 @@ assert gap < 1e-12
 # all about positions: decoder position $t$ must find source position
 # $t + 1$. So we draw the token embeddings with a standard deviation of
 # 0.05, and the positions dominate at the start. (The package's own
-# copy-task test in `tests/test_training.py` does the same.) With the
+# copy-task test in `tests/test_copy_task.py` does the same.) With the
 # default initialisation the same model needed about twice as many steps
 # in our runs (exercise 1 again).
 

@@ -69,6 +69,7 @@ import transformer_lite
 from transformer_lite import (
     Encoder,
     MultiHeadAttention,
+    attend,
     causal_mask,
     chunked,
     decoding,
@@ -78,6 +79,7 @@ from transformer_lite import (
     scaled_dot_product_attention,
     seed_everything,
 )
+from transformer_lite.attention import KERNELS
 from transformer_lite.bench.cases import bench_attention, bench_decoding
 from transformer_lite.bench.fixtures import Sizes, our_model, random_batch
 from transformer_lite.bench.memory import peak_memory
@@ -545,7 +547,7 @@ if device.type == "cpu":
 # profiler is how to find out.
 
 # %% [markdown]
-# `MultiHeadAttention(fused=True)` calls this function instead of the
+# `MultiHeadAttention(kernel="fused")` calls this function instead of the
 # hand-written one ([chapter 3](03_multi_head_attention)) and applies the
 # package's rule for a query row that may attend to nothing. It gives
 # the kernel its mask with a head axis, $(B, 1, L_q, L_k)$, a shape the
@@ -560,7 +562,7 @@ if device.type == "cpu":
 seed_everything(SEED + 4)
 C, h = 64, 4
 attn_plain = MultiHeadAttention(C, h, dropout=0.0).to(device).eval()
-attn_fused = MultiHeadAttention(C, h, dropout=0.0, fused=True)
+attn_fused = MultiHeadAttention(C, h, dropout=0.0, kernel="fused")
 attn_fused = attn_fused.to(device).eval()
 attn_fused.load_state_dict(attn_plain.state_dict())
 tokens = torch.randint(1, 9, (2, 40), device=device)  # (B, L)
@@ -575,7 +577,7 @@ with torch.no_grad():
     with sdpa_kernel(SDPBackend.MATH):
         out_math = F.scaled_dot_product_attention(q, k, v,
                                                   attn_mask=tril[0])
-print("MultiHeadAttention(fused=True) ran", module_ops)
+print('MultiHeadAttention(kernel="fused") ran', module_ops)
 print(f"fused vs hand-written module: {(y_fused - y_plain).abs().max():.1e}")
 print(f"fused kernel vs MATH:         "
       f"{(out_kernel - out_math).abs().max():.1e}")
@@ -667,9 +669,60 @@ speedups.append(("fused kernel", f"peak memory, L = {lengths[-1]}",
 # implementation on a GPU, and FlashAttention-2
 # {cite:p}`dao2023flashattention` is about twice as fast again. The
 # training step of the benchmark, `python -m transformer_lite.bench`,
-# compares the whole model with `fused=True` against `nn.Transformer`;
-# on a GPU it runs under bfloat16 autocast, the subject of section 5.
+# compares the whole model with `kernel="fused"` against
+# `nn.Transformer`; on a GPU it runs under bfloat16 autocast, the
+# subject of section 5.
 #
+# ### One seam for three kernels
+#
+# Three kernels now compute the same attention: chapter 1's formula,
+# section 2's online softmax and PyTorch's fused kernel.
+# `MultiHeadAttention` knows none of them. Its `forward`
+# ([chapter 3](03_multi_head_attention)) ends in one call, `attend`, the
+# only function in the package that picks a kernel. It also holds what
+# the kernels share or lack: the causal rule when the queries are the
+# *last* of the keys (a cache), the things a kernel cannot do (neither
+# the fused nor the chunked kernel forms the weights; the chunked one
+# has none to drop out) and the one case in which the fused kernel is
+# told `is_causal` rather than handed a mask:
+
+# %%
+attend_source = inspect.getsource(attend)
+print(attend_source[attend_source.index("    check_kernel(kernel)"):])
+
+# %% [markdown]
+# A module picks its kernel with `kernel=`, a whole model with
+# `set_attention_kernel`. The same module under each kernel, with the
+# causal-and-padding mask from above, and then with a key/value cache
+# (section 4) fed 30 positions and then 10, the second chunk's queries
+# being the last 10 of 40 keys:
+
+# %%
+kernel_gaps = []
+with torch.no_grad():
+    for name in KERNELS:
+        attn = MultiHeadAttention(C, h, dropout=0.0, kernel=name)
+        attn.load_state_dict(attn_plain.state_dict())
+        attn = attn.to(device).eval()
+        cache = KVCache()
+        pieces = [attn(c, c, c, cache=cache, is_causal=True)
+                  for c in (x[:, :30], x[:, 30:])]  # fmt: skip
+        kernel_gaps.append((
+            name,
+            (attn(x, x, x, mask) - y_plain).abs().max().item(),
+            (torch.cat(pieces, dim=1) - y_masked).abs().max().item(),
+            attn.why_not_fused,
+        ))
+pd.DataFrame(kernel_gaps, columns=["kernel", "masked: gap to plain",
+                                   "cached, causal: gap to plain",
+                                   "why_not_fused"])
+
+# %% tags=["remove-cell"]
+for _name, _masked, _cached, _why in kernel_gaps:
+    assert _masked < 1e-5 and _cached < 1e-5, kernel_gaps
+    assert (_why == "") == (_name == "fused"), kernel_gaps
+
+# %% [markdown]
 # ## 4. The key/value cache
 #
 # Generation is sequential: to produce token $t + 1$ the decoder needs
@@ -1410,8 +1463,9 @@ pd.DataFrame(speedups, columns=["remedy", "measured on", "ratio"]
 #   `F.scaled_dot_product_attention` picks flash, memory-efficient,
 #   cuDNN or math on a GPU, and a fused C++ kernel on the CPU. CUDA's
 #   flash kernel takes no mask: a masked call runs memory-efficient or
-#   cuDNN attention at best. `MultiHeadAttention(fused=True)` uses it
-#   and equals the hand-written path.
+#   cuDNN attention at best. `MultiHeadAttention(kernel="fused")` uses
+#   it and equals the hand-written path; `attend` is the one function
+#   that picks among the three kernels.
 # - The KV cache turns $O(n^2)$ projections of a generated sequence into
 #   $O(n)$; `greedy_decode(..., use_cache=True)` gives the same tokens
 #   and computed 32 positions instead of 528 for 32 tokens.

@@ -67,13 +67,12 @@ from transformer_lite import (
     default_device,
     make_model,
     seed_everything,
-    set_fused_attention,
+    set_attention_kernel,
 )
 from transformer_lite.attention import scaled_dot_product_attention
 from transformer_lite.chunked import chunked_attention
 from transformer_lite.decoding import greedy_decode
 from transformer_lite.device import book_seed
-from transformer_lite.model import absolute_positions, relative_positions
 from transformer_lite.relative import (
     ALiBiBias,
     ShawRelativeKeys,
@@ -82,6 +81,11 @@ from transformer_lite.relative import (
     t5_bucket,
 )
 from transformer_lite.rotary import RotaryEmbedding, rotate_pairs
+from transformer_lite.schemes import (
+    SCHEMES,
+    absolute_positions,
+    relative_positions,
+)
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_lite.training import Batch, LabelSmoothingLoss, train_step
 from transformer_lite.viz import heatmap
@@ -207,7 +211,7 @@ def build(position: str, k: int) -> nn.Module:
     model = make_model(V, V, **SIZES, position=position).to(device)
     for embedding in (model.src_embed, model.tgt_embed):
         nn.init.normal_(embedding.weight, std=EMBED_STD)
-    set_fused_attention(model, True)
+    set_attention_kernel(model, "fused")
     return model
 
 
@@ -351,16 +355,17 @@ show(RelativePosition)
 
 # %% [markdown]
 # `MultiHeadAttention` calls the hooks at exactly two places, whatever
-# the path. Keys are rotated *before* they enter a key/value cache, so a
-# cached key keeps the rotation of its own position; the new queries sit
-# at positions $t, t + 1, \dots$ where $t$ is the number of positions the
-# cache already holds:
+# the kernel. Keys are rotated *before* they enter a key/value cache, so
+# a cached key keeps the rotation of its own position; the new queries
+# sit at positions $t, t + 1, \dots$ where $t$ is the number of
+# positions the cache already holds, the last $L_q$ of the $L_k$ keys:
 
 # %%
 source = inspect.getsource(MultiHeadAttention.forward).splitlines()
 first = next(i for i, s in enumerate(source) if "t = 0 if cache" in s)
-last = next(i for i, s in enumerate(source) if "self.position.bias(" in s)
+last = next(i for i, s in enumerate(source) if "_place_queries(" in s)
 print(textwrap.dedent("\n".join(source[first:last + 1])))
+print(inspect.getsource(MultiHeadAttention._place_queries))
 
 # %% [markdown]
 # A bias is a tensor, so every path can take it: the plain path adds it
@@ -372,10 +377,26 @@ print(textwrap.dedent("\n".join(source[first:last + 1])))
 # and keys at a time, so that no $(L, L)$ matrix is built. A query row
 # that may attend to nothing still gets zeros, never NaN, with any bias.
 #
-# `TransformerConfig(position=...)` chooses the scheme. Absolute schemes
-# become the module that adds positions to the embeddings; relative ones
-# go to every self-attention (cross-attention gets none: a target
-# position and a source position have no offset that means anything):
+# `TransformerConfig(position=...)` chooses the scheme, and one table
+# describes every scheme: where it enters, whether one module serves a
+# whole stack, whether it is a table of `max_len` rows (which a segment
+# memory, chapter 10, cannot shift), what the head width must satisfy,
+# and whether the ONNX export of chapter 12 takes it. Every part of the
+# package that depends on the scheme reads this table:
+
+# %%
+pd.DataFrame(
+    [(s.name, s.enters, s.absolute, s.shared, s.table, s.even_heads,
+      s.exportable) for s in SCHEMES.values()],
+    columns=["position", "enters", "absolute", "one module per stack",
+             "a table of max_len rows", "even heads", "exportable"],
+).set_index("position")
+
+# %% [markdown]
+# Absolute schemes become the module that adds positions to the
+# embeddings; relative ones go to every self-attention (cross-attention
+# gets none: a target position and a source position have no offset that
+# means anything):
 
 # %%
 show(absolute_positions, relative_positions)
@@ -660,11 +681,12 @@ assert torch.equal(shaw.bias(query, q_pos - 20, k_pos - 20), bias)
 #
 # One interface should mean one behaviour wherever attention is
 # computed. For each scheme, a small random model in float64: the fused
-# path must equal the plain one, and greedy decoding with the key/value
-# cache must give the same tokens as decoding every prefix again (the
-# cached step's queries sit at position $t$, not 0). The chunked path
-# takes the bias of a block as a function, which we check on Shaw's,
-# the one that depends on the query.
+# and chunked kernels must equal the plain one, and greedy decoding with
+# the key/value cache must give the same tokens as decoding every prefix
+# again (the cached step's queries sit at position $t$, not 0). The
+# chunked kernel asks for the bias a block of queries and keys at a
+# time, as a function of their indices; we check that function once
+# more on its own with Shaw's bias, the one that depends on the query.
 
 # %%
 src = torch.randint(FIRST_SYMBOL, V, (3, 9), generator=g)  # (B, S)
@@ -676,14 +698,18 @@ for position in POSITIONS:
     model = make_model(V, V, **SIZES, position=position).double().eval()
     with torch.no_grad():
         plain = model(src, tgt)
-        set_fused_attention(model, True)
+        set_attention_kernel(model, "fused")
         fused = model(src, tgt)
+        set_attention_kernel(model, "chunked")
+        chunked = model(src, tgt)
     tokens = [greedy_decode(model, src, max_len=12, bos_id=BOS_ID,
                             use_cache=use_cache)
               for use_cache in (False, True)]
     agreement.append((position, (fused - plain).abs().max().item(),
+                      (chunked - plain).abs().max().item(),
                       torch.equal(*tokens)))
 pd.DataFrame(agreement, columns=["position", "fused - plain",
+                                 "chunked - plain",
                                  "cached tokens = recomputed"])
 
 # %%
@@ -697,8 +723,8 @@ chunked = chunked_attention(query, key, value, chunk_size=3,
 print(f"chunked - plain, Shaw's bias: {(chunked - plain).abs().max():.1e}")
 
 # %% tags=["remove-cell"]
-for position, gap, same in agreement:
-    assert gap < 1e-10 and same, (position, gap, same)
+for _position, gap, chunked_gap, same in agreement:
+    assert gap < 1e-10 and chunked_gap < 1e-10 and same, agreement
 assert (chunked - plain).abs().max() < 1e-12
 
 # %% [markdown]

@@ -173,12 +173,12 @@ assert all(type(layer) is EncoderLayer for layer in demo.layers)
 
 # %% [markdown]
 # Two blocks, two calls, each with `is_causal=True` and no mask. The
-# hand-written path (`fused=False`) computes the same numbers with an
+# hand-written kernel (`kernel="plain"`) computes the same numbers with an
 # explicit causal mask, and no future token changes a logit of the past:
 
 # %%
 plain = make_lm(V_DEMO, n_layers=2, d_model=32, d_ff=64, n_heads=4,
-                dropout=0.0, fused=False).eval()
+                dropout=0.0, kernel="plain").eval()
 plain.load_state_dict(demo.state_dict())
 y = x.clone()
 y[:, 4:] = torch.randint(4, V_DEMO, (2, 3))  # another future

@@ -1,4 +1,6 @@
-"""Shared fixtures: devices, dtypes and tolerances."""
+"""Shared fixtures: devices, dtypes and tolerances; one tiny model per
+model family (``tiny_model``, ``tiny_lm``, ``tiny_vit``) and the random
+batches the training tests feed them."""
 
 import pytest
 import torch
@@ -66,6 +68,115 @@ def random_padding(lengths, max_len, device=None) -> torch.Tensor:
     positions = torch.arange(max_len, device=device)
     lengths = torch.as_tensor(lengths, device=device)
     return (positions < lengths[:, None]).unsqueeze(1)
+
+
+# ----------------------------------------------------------------------------
+# Tiny models, one factory per model family. Each seeds every generator
+# (``seed_everything``) before building, so that a call with the same
+# arguments builds the same weights, bit for bit. Keyword arguments are
+# config fields and override the sizes below.
+
+VOCAB = 11  # tiny_model's vocabularies, source and target
+PAD = 0  # the pad id of VOCAB
+LM_VOCAB = 19  # tiny_lm's vocabulary; lm_tokens draws from it
+TINY_VIT = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
+
+
+def tiny_model(
+    src_vocab: int = VOCAB,
+    tgt_vocab: int | None = None,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype | None = None,
+    device: torch.device | str | None = None,
+    **fields,
+):
+    """An encoder-decoder ``Transformer`` (``make_model``): one layer,
+    d_model 16, d_ff 32, two heads, no dropout, in training mode;
+    ``tgt_vocab`` defaults to ``src_vocab``. Moved to ``dtype`` and
+    ``device`` when given."""
+    from transformer_lite import make_model, seed_everything
+
+    seed_everything(seed)
+    sizes = dict(n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
+    tgt_vocab = src_vocab if tgt_vocab is None else tgt_vocab
+    model = make_model(src_vocab, tgt_vocab, **{**sizes, **fields})
+    if dtype is not None or device is not None:
+        model = model.to(device=device, dtype=dtype)
+    return model
+
+
+def tiny_lm(
+    vocab: int = LM_VOCAB,
+    *,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float64,
+    **fields,
+):
+    """A decoder-only language model (``make_lm``): two blocks, d_model
+    32, d_ff 64, four heads, max_len 64, in eval mode (no dropout), in
+    ``dtype``."""
+    from transformer_lite import seed_everything
+    from transformer_lite.lm import make_lm
+
+    seed_everything(seed)
+    sizes = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4, max_len=64)
+    return make_lm(vocab, **{**sizes, **fields}).to(dtype).eval()
+
+
+def tiny_vit(*, seed: int = 0, **fields):
+    """A ``VisionTransformer`` of ``TINY_VIT``'s sizes (two layers,
+    d_model 16, no dropout) on ``ViTConfig``'s 8x8 grey images, in eval
+    mode."""
+    from transformer_lite import seed_everything
+    from transformer_lite.vision import VisionTransformer, ViTConfig
+
+    seed_everything(seed)
+    return VisionTransformer(ViTConfig(**{**TINY_VIT, **fields})).eval()
+
+
+def lm_tokens(B: int, L: int, seed: int = 0) -> torch.Tensor:
+    """(B, L) random ids in [4, LM_VOCAB): no special token."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(4, LM_VOCAB, (B, L), generator=g)
+
+
+def random_tokens(rows: int, width: int, seed: int, min_len: int = 2):
+    """Random ids in [1, VOCAB) with each row padded after a random
+    length."""
+    g = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(1, VOCAB, (rows, width), generator=g)
+    lengths = torch.randint(min_len, width + 1, (rows, 1), generator=g)
+    return tokens.masked_fill(torch.arange(width) >= lengths, PAD)
+
+
+def random_batch(rows: int = 4, seed: int = 0):
+    """A ``Batch`` for ``tiny_model``: sources of 7 and targets of 6
+    padded tokens."""
+    from transformer_lite.training import Batch
+
+    return Batch(
+        random_tokens(rows, 7, seed), random_tokens(rows, 6, seed + 100), PAD
+    )
+
+
+def padded_src_tgt(vocab: int = 13):
+    """(3, 7) sources and (3, 6) targets, ids in [3, vocab), seeded; the
+    first source row and the second target row padded at the end."""
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(3, vocab, (3, 7), generator=g)
+    src[0, 4:] = 0
+    tgt = torch.randint(3, vocab, (3, 6), generator=g)
+    tgt[1, 3:] = 0
+    return src, tgt
+
+
+def same_parameters(a, b, atol: float = 0.0) -> bool:
+    """Whether two models' parameters are equal, within ``atol``."""
+    return all(
+        torch.allclose(p, q, rtol=0.0, atol=atol)
+        for p, q in zip(a.parameters(), b.parameters(), strict=True)
+    )
 
 
 @pytest.fixture

@@ -1,5 +1,6 @@
 """Attention against PyTorch's own: F.scaled_dot_product_attention and
-nn.MultiheadAttention, outputs and gradients, plus invariants and errors."""
+nn.MultiheadAttention, outputs and gradients, plus invariants, errors
+and ``set_attention_kernel``."""
 
 import math
 
@@ -9,9 +10,13 @@ import torch.nn.functional as F
 from conftest import assert_close, random_padding
 from torch import nn
 
+from transformer_lite import make_model
 from transformer_lite.attention import (
+    KERNELS,
     MultiHeadAttention,
+    attend,
     scaled_dot_product_attention,
+    set_attention_kernel,
 )
 from transformer_lite.cache import KVCache
 from transformer_lite.interop import from_torch_mha
@@ -213,7 +218,7 @@ def test_fused_path_equals_plain_path(kind, device):
         mask = mask.expand(3, 6, 6).clone()
         mask[1, 2] = False  # a query row with no allowed key
     plain = ours(x, x, x, mask)
-    ours.fused = True
+    ours.kernel = "fused"
     fused = ours(x, x, x, mask)
     assert_close(fused, plain, torch.float64, "fused path differs")
     assert torch.isfinite(fused).all()
@@ -246,7 +251,7 @@ def test_weights_are_kept_only_when_asked():
 
 def test_zero_dropout_means_no_dropout():
     mha = MultiHeadAttention(16, 4, dropout=0.0)
-    assert mha.dropout is None
+    assert mha.dropout_p == 0.0
     x = torch.randn(2, 5, 16)
     mha.train()
     train_out = mha(x, x, x)
@@ -314,7 +319,7 @@ def test_fused_kernel_forward_and_backward(dtype, device):
     path in float64: outputs and gradients, a fully masked row included."""
     torch.manual_seed(0)
     reference = MultiHeadAttention(32, 4, dropout=0.0).double().eval()
-    fused = MultiHeadAttention(32, 4, dropout=0.0, fused=True).eval()
+    fused = MultiHeadAttention(32, 4, dropout=0.0, kernel="fused").eval()
     fused.load_state_dict(reference.state_dict())
     fused.to(device, dtype)
     x = torch.randn(3, 9, 32, dtype=torch.float64)  # (B, L, C)
@@ -357,7 +362,7 @@ def nan_for_empty_rows(monkeypatch):
 def test_fused_path_never_hands_the_kernel_an_empty_row(monkeypatch):
     nan_for_empty_rows(monkeypatch)
     torch.manual_seed(0)
-    attention = MultiHeadAttention(32, 4, dropout=0.0, fused=True).double()
+    attention = MultiHeadAttention(32, 4, dropout=0.0, kernel="fused").double()
     x = torch.randn(3, 9, 32, dtype=torch.float64, requires_grad=True)
     y = attention(x, x, x, awkward_mask("cpu"))  # (B, L, C)
     y.sum().backward()
@@ -369,22 +374,22 @@ def test_fused_path_never_hands_the_kernel_an_empty_row(monkeypatch):
 
 
 @pytest.mark.parametrize("padding", [False, True])
-@pytest.mark.parametrize("fused", [False, True])
-def test_is_causal_equals_a_causal_mask(fused, padding):
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_is_causal_equals_a_causal_mask(kernel, padding):
     ours, _ = make_pair(16, 4, torch.float64, "cpu")
     ours.eval()
     x = torch.randn(3, 6, 16, dtype=torch.float64)
     mask = build_mask("padding", 3, 6, 6, "cpu") if padding else None
     full = causal_mask(6) if mask is None else causal_mask(6) & mask
     expected = ours(x, x, x, full)
-    ours.fused = fused
+    ours.kernel = kernel
     assert_close(ours(x, x, x, mask, is_causal=True), expected, torch.float64)
 
 
 def test_is_causal_alone_gives_the_kernel_no_mask(kernel_calls):
     calls = kernel_calls
     ours, _ = make_pair(16, 4, torch.float64, "cpu")
-    ours.fused = True
+    ours.kernel = "fused"
     x = torch.randn(2, 5, 16, dtype=torch.float64)
     ours(x, x, x, is_causal=True)
     ours(x, x, x)
@@ -399,9 +404,9 @@ def test_is_causal_needs_no_more_queries_than_keys():
         ours(x, m, m, is_causal=True)
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("kernel", KERNELS)
 def test_is_causal_with_a_cache_aligns_queries_with_the_last_keys(
-    kernel_calls, fused
+    kernel_calls, kernel
 ):
     """Chunks of 5, 3 and 1 new positions through a KV cache: the same
     outputs as one causal pass over all 9. The kernel is told is_causal
@@ -412,12 +417,12 @@ def test_is_causal_with_a_cache_aligns_queries_with_the_last_keys(
     ours.eval()
     x = torch.randn(2, 9, 16, dtype=torch.float64)
     expected = ours(x, x, x, causal_mask(9))  # (B, L, C)
-    ours.fused = fused
+    ours.kernel = kernel
     cache = KVCache()
     chunks = [x[:, :5], x[:, 5:8], x[:, 8:]]
     outputs = [ours(c, c, c, cache=cache, is_causal=True) for c in chunks]
     assert_close(torch.cat(outputs, dim=1), expected, torch.float64)
-    if fused:
+    if kernel == "fused":
         assert [c.get("is_causal") for c in calls] == [True, None, False]
         masks = [c.get("attn_mask") for c in calls]
         assert masks[0] is None and masks[2] is None
@@ -459,3 +464,153 @@ def test_nan_in_a_bias_shows_in_the_output():
     bias[0, 1] = math.nan
     out, _ = scaled_dot_product_attention(q, k, v, bias=bias)
     assert out[0, 0].isnan().all() and torch.isfinite(out[0, 1:]).all()
+
+
+# --- attend: the one seam that knows kernels -------------------------------
+
+
+def test_attend_gives_one_answer_by_every_kernel():
+    """Causal after 5 cached keys (right-aligned), a padding mask, a row
+    with no allowed key and an ALiBi-like bias: the fused and chunked
+    kernels equal the plain one (float64), the bias given to the chunked
+    kernel as a tensor or as a function of query and key indices."""
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 4, 8, generator=g, dtype=torch.float64)
+    k, v = torch.randn(2, 2, 3, 9, 8, generator=g, dtype=torch.float64)
+    mask = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    mask[1, ..., :6] = False  # row 0 of batch 1 then sees nothing
+    offsets = torch.arange(9)[None, :] - torch.arange(5, 9)[:, None]
+    bias = -0.5 * offsets.abs().double()  # (Lq, Lk)
+    expected, weights = attend(
+        q, k, v, mask=mask, is_causal=True, bias=bias, need_weights=True
+    )
+    assert torch.equal(expected[1, :, 0], torch.zeros(3, 8))
+    assert (weights[..., 0, 6:] == 0).all()  # query 0 sits at position 5
+    assert (weights[0, :, 0, :6] > 0).all()
+    for kernel in ("fused", "chunked"):
+        got, none = attend(
+            q, k, v, mask=mask, is_causal=True, bias=bias, kernel=kernel
+        )
+        assert none is None
+        torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    by_index = lambda block, rows, cols: bias[rows][:, cols]  # noqa: E731
+    got, _ = attend(
+        q, k, v, mask=mask, is_causal=True, bias=by_index, kernel="chunked"
+    )
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        (dict(kernel="flash"), "kernel must be one of"),
+        (dict(kernel="fused", need_weights=True), "never forms the weights"),
+        (dict(kernel="chunked", dropout_p=0.1), "no weights to drop"),
+        (dict(is_causal=True), "as many keys as queries"),
+    ],
+)
+def test_attend_refuses_what_its_kernel_cannot_do(options, match):
+    q = torch.randn(1, 6, 4)
+    k = torch.randn(1, 5, 4)
+    with pytest.raises(ValueError, match=match):
+        attend(q, k, k, **options)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_a_module_checks_its_mask_once_per_call(kernel, monkeypatch):
+    from transformer_lite import attention, chunked
+
+    calls = []
+
+    def counted(mask, shape, real=attention.check_mask):
+        calls.append(tuple(shape))
+        return real(mask, shape)
+
+    monkeypatch.setattr(attention, "check_mask", counted)
+    monkeypatch.setattr(chunked, "check_mask", counted)
+    mha = MultiHeadAttention(16, 4, dropout=0.0, kernel=kernel).eval()
+    x = torch.randn(2, 5, 16)
+    mha(x, x, x, torch.ones(2, 1, 5, dtype=torch.bool))
+    assert calls == [(2, 4, 5, 5)]
+    bad = torch.ones(2, 1, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match="does not broadcast"):
+        mha(x, x, x, bad)
+
+
+@pytest.mark.parametrize("name", ["alibi", "t5", "shaw", "rope"])
+def test_a_module_takes_the_chunked_kernel_with_any_scheme(name):
+    """A relative scheme through the chunked kernel (its bias asked for
+    block by block) equals the plain kernel, with a cache too."""
+    from transformer_lite.relative import (
+        ALiBiBias,
+        ShawRelativeKeys,
+        T5RelativeBias,
+    )
+    from transformer_lite.rotary import RotaryEmbedding
+
+    position = {
+        "alibi": lambda: ALiBiBias(4),
+        "t5": lambda: T5RelativeBias(4, bidirectional=False),
+        "shaw": lambda: ShawRelativeKeys(4),
+        "rope": lambda: RotaryEmbedding(4),
+    }[name]()
+    torch.manual_seed(0)
+    plain = MultiHeadAttention(16, 4, dropout=0.0, position=position)
+    plain = plain.double().eval()
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    expected = plain(x, x, x, is_causal=True)
+    plain.kernel = "chunked"
+    torch.testing.assert_close(
+        plain(x, x, x, is_causal=True), expected, rtol=1e-12, atol=1e-12
+    )
+    cache = KVCache()
+    pieces = [plain(c, c, c, cache=cache, is_causal=True)
+              for c in (x[:, :4], x[:, 4:6], x[:, 6:])]  # fmt: skip
+    torch.testing.assert_close(
+        torch.cat(pieces, dim=1), expected, rtol=1e-12, atol=1e-12
+    )
+
+
+def test_why_not_fused_names_the_reason():
+    mha = MultiHeadAttention(16, 4, kernel="fused")
+    assert mha.why_not_fused == ""
+    mha.keep_weights = True
+    assert "keep_weights" in mha.why_not_fused
+    mha.keep_weights = False
+    mha.kernel = "chunked"
+    assert "'chunked'" in mha.why_not_fused
+
+
+def test_the_chunked_kernel_refuses_dropout_in_training_only():
+    mha = MultiHeadAttention(16, 4, dropout=0.1, kernel="chunked")
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(ValueError, match="no weights to drop"):
+        mha.train()(x, x, x)
+    assert mha.eval()(x, x, x).shape == (2, 5, 16)
+
+
+def test_set_attention_kernel_switches_every_attention_module():
+    model = make_model(11, 11, n_layers=2, d_model=16, d_ff=32, n_heads=2)
+    modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    for kernel in ("fused", "chunked", "plain"):
+        assert set_attention_kernel(model, kernel) == 2 + 2 * 2  # enc, dec
+        assert {m.kernel for m in modules} == {kernel}
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        set_attention_kernel(model, "flash")
+    assert {m.kernel for m in modules} == {"plain"}  # nothing switched
+
+
+def test_forward_is_the_seam_in_thirty_statement_lines():
+    import ast
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(MultiHeadAttention.forward))
+    (function,) = ast.parse(source).body
+    lines = {
+        node.lineno
+        for node in ast.walk(function)
+        if isinstance(node, ast.stmt) and node is not function
+    }
+    lines -= {function.body[0].lineno}  # the docstring
+    assert len(lines) <= 30, len(lines)

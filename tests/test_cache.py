@@ -6,7 +6,8 @@ import torch
 
 from transformer_lite.cache import KVCache
 from transformer_lite.masks import padding_mask
-from transformer_lite.model import POSITIONS, make_model
+from transformer_lite.model import make_model
+from transformer_lite.schemes import POSITIONS
 
 
 def model_and_inputs(norm_first, seed=0, position="sinusoidal"):
@@ -101,3 +102,25 @@ def test_cache_respects_the_positional_table_length():
         model.decode(
             memory, None, torch.ones(1, 1, dtype=torch.long), cache=cache
         )
+
+
+def test_a_language_models_cache_holds_self_attention_only():
+    """A decoder-only stack has no source: one KVCache per block, which
+    ``select`` reorders together, and generation fills every one."""
+    from transformer_lite.cache import StackCache
+    from transformer_lite.lm import generate, make_lm
+
+    lm = make_lm(20, n_layers=2, d_model=16, d_ff=32, n_heads=2,
+                 dropout=0.0).eval()  # fmt: skip
+    cache = lm.new_cache()
+    assert type(cache) is StackCache and cache.length == 0
+    assert [type(layer) for layer in cache.layers] == [KVCache, KVCache]
+    tokens = torch.randint(4, 20, (3, 5))
+    lm(tokens, cache=cache)
+    assert cache.length == 5
+    keys = [layer.key.clone() for layer in cache.layers]  # (B, H, 5, D)
+    cache.select(torch.tensor([2, 0]))
+    for layer, before in zip(cache.layers, keys, strict=True):
+        assert torch.equal(layer.key, before[[2, 0]])
+    out = generate(lm, tokens[:2], 3, temperature=0)
+    assert out.shape == (2, 8)

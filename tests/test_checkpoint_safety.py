@@ -13,10 +13,10 @@ import zipfile
 
 import pytest
 import torch
+from conftest import tiny_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from transformer_lite import make_model
 from transformer_lite.model import Transformer
 from transformer_lite.training import checkpoint
 from transformer_lite.training.checkpoint import (
@@ -33,15 +33,14 @@ FUZZ = settings(
 )
 
 
-def tiny_model(seed: int = 0) -> Transformer:
-    torch.manual_seed(seed)
-    return make_model(9, 7, n_layers=1, d_model=8, d_ff=16, n_heads=2)
+# The sizes of every model here; dropout 0.1 is the config's default.
+SIZES = dict(n_layers=1, d_model=8, d_ff=16, n_heads=2, dropout=0.1)
 
 
 @pytest.fixture(scope="module")
 def good_bytes(tmp_path_factory) -> bytes:
     path = tmp_path_factory.mktemp("good") / "m.pt"
-    save_checkpoint(path, tiny_model(), step=3)
+    save_checkpoint(path, tiny_model(9, 7, **SIZES), step=3)
     return path.read_bytes()
 
 
@@ -61,7 +60,7 @@ def built(monkeypatch) -> list[str]:
 
 
 def good_state() -> dict:
-    model = tiny_model()
+    model = tiny_model(9, 7, **SIZES)
     return {
         "format": CHECKPOINT_FORMAT,
         "config": model.config.to_dict(),
@@ -120,8 +119,8 @@ def test_a_small_file_cannot_ask_for_a_huge_built_table(tmp_path, built):
 
 
 def test_the_caller_can_raise_the_limit(tmp_path, built):
-    save_checkpoint(tmp_path / "m.pt", tiny_model())
-    elements = tiny_model().config.n_parameters() + 5000 * 8
+    save_checkpoint(tmp_path / "m.pt", tiny_model(9, 7, **SIZES))
+    elements = tiny_model(9, 7, **SIZES).config.n_parameters() + 5000 * 8
     with pytest.raises(ValueError, match=f"{elements:,} tensor elements"):
         load_checkpoint(tmp_path / "m.pt", max_elements=elements - 1)
     model, _ = load_checkpoint(tmp_path / "m.pt", max_elements=elements)
@@ -202,7 +201,7 @@ def test_a_config_missing_a_field_is_refused(tmp_path, built):
 def test_a_file_from_before_positions_were_a_choice_loads(tmp_path):
     """Checkpoints saved before ``position`` existed computed sinusoidal
     positions: they load as such, with the same outputs."""
-    model = tiny_model().eval()
+    model = tiny_model(9, 7, **SIZES).eval()
     save_checkpoint(tmp_path / "new.pt", model)
     state = torch.load(tmp_path / "new.pt", weights_only=True)
     del state["config"]["position"]
@@ -274,7 +273,7 @@ def test_structurally_incomplete_files_are_value_errors(
 )
 def test_optimizer_state_that_does_not_fit_is_a_value_error(tmp_path, stored):
     """A KeyError inside torch's load_state_dict used to escape."""
-    model = tiny_model()
+    model = tiny_model(9, 7, **SIZES)
     state = good_state() | {"optimizer": stored}
     torch.save(state, tmp_path / "m.pt")
     optimizer = torch.optim.Adam(model.parameters())
@@ -319,7 +318,7 @@ def test_a_zip_version_zipfile_cannot_read_is_refused(
 
 
 def test_average_checkpoints_wants_a_list(tmp_path):
-    save_checkpoint(tmp_path / "a.pt", tiny_model())
+    save_checkpoint(tmp_path / "a.pt", tiny_model(9, 7, **SIZES))
     with pytest.raises(ValueError, match="list of paths"):
         average_checkpoints(str(tmp_path / "a.pt"))
     with pytest.raises(ValueError, match="list of paths"):
@@ -336,7 +335,7 @@ def test_a_planted_link_is_not_followed(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     (tmp_path / "m.pt.partial").symlink_to(victim)
-    save_checkpoint(tmp_path / "m.pt", tiny_model())
+    save_checkpoint(tmp_path / "m.pt", tiny_model(9, 7, **SIZES))
     assert victim.read_text() == "precious"
     assert (tmp_path / "m.pt.partial").is_symlink()
     assert sorted(os.listdir(tmp_path)) == [
@@ -351,7 +350,7 @@ def test_a_link_at_the_target_is_replaced_not_followed(tmp_path):
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
     (tmp_path / "m.pt").symlink_to(victim)
-    save_checkpoint(tmp_path / "m.pt", tiny_model())
+    save_checkpoint(tmp_path / "m.pt", tiny_model(9, 7, **SIZES))
     assert victim.read_text() == "precious"
     assert not (tmp_path / "m.pt").is_symlink()
 
@@ -362,7 +361,7 @@ def test_the_data_is_flushed_to_disk_before_the_rename(tmp_path, monkeypatch):
     monkeypatch.setattr(
         os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd)
     )
-    save_checkpoint(tmp_path / "m.pt", tiny_model())
+    save_checkpoint(tmp_path / "m.pt", tiny_model(9, 7, **SIZES))
     assert len(synced) >= 1  # the file (and, where possible, the folder)
     mode = (tmp_path / "m.pt").stat().st_mode & 0o777
     umask = os.umask(0)
@@ -373,7 +372,7 @@ def test_the_data_is_flushed_to_disk_before_the_rename(tmp_path, monkeypatch):
 def test_a_failed_save_keeps_the_old_file_and_leaves_nothing(
     tmp_path, monkeypatch
 ):
-    save_checkpoint(tmp_path / "m.pt", tiny_model(seed=0))
+    save_checkpoint(tmp_path / "m.pt", tiny_model(9, 7, seed=0, **SIZES))
     old = (tmp_path / "m.pt").read_bytes()
 
     def failing_save(obj, file):
@@ -382,7 +381,7 @@ def test_a_failed_save_keeps_the_old_file_and_leaves_nothing(
 
     monkeypatch.setattr(checkpoint.torch, "save", failing_save)
     with pytest.raises(OSError, match="disk full"):
-        save_checkpoint(tmp_path / "m.pt", tiny_model(seed=1))
+        save_checkpoint(tmp_path / "m.pt", tiny_model(9, 7, seed=1, **SIZES))
     assert os.listdir(tmp_path) == ["m.pt"]
     assert (tmp_path / "m.pt").read_bytes() == old
 
@@ -390,5 +389,5 @@ def test_a_failed_save_keeps_the_old_file_and_leaves_nothing(
 def test_saving_to_a_directory_is_refused(tmp_path):
     (tmp_path / "m.pt").mkdir()
     with pytest.raises(ValueError, match="directory"):
-        save_checkpoint(tmp_path / "m.pt", tiny_model())
+        save_checkpoint(tmp_path / "m.pt", tiny_model(9, 7, **SIZES))
     assert os.listdir(tmp_path) == ["m.pt"]

@@ -5,7 +5,7 @@
 import pytest
 import torch
 
-from transformer_lite import make_model, set_fused_attention
+from transformer_lite import make_model, set_attention_kernel
 from transformer_lite.masks import padding_mask
 
 pytestmark = pytest.mark.slow  # compiling takes seconds
@@ -18,7 +18,7 @@ def model(request):
     model = make_model(
         11, 13, n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.0
     ).eval()
-    set_fused_attention(model, request.param == "fused")
+    set_attention_kernel(model, request.param)
     return model
 
 
@@ -64,7 +64,7 @@ def test_relative_positions_compile_whole(position):
         dropout=0.0,
         position=position,
     ).eval()
-    set_fused_attention(model, True)
+    set_attention_kernel(model, "fused")
     compiled = torch.compile(model, fullgraph=True)
     with torch.no_grad():
         torch.testing.assert_close(compiled(SRC, TGT), model(SRC, TGT))

@@ -7,7 +7,7 @@ import torch
 
 from transformer_lite import make_model, padding_mask, seed_everything
 from transformer_lite.decoding import greedy_decode
-from transformer_lite.model import POSITIONS
+from transformer_lite.schemes import POSITIONS
 
 V = 16
 PAD, BOS = 3, 1  # a pad id other than 0: read from the config

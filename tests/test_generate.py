@@ -7,11 +7,14 @@ import math
 
 import pytest
 import torch
-from test_lm import V, random_tokens, tiny_lm
+from conftest import LM_VOCAB, lm_tokens, tiny_lm
 
+from transformer_lite.attention import KERNELS
 from transformer_lite.lm import generate, top_k_filter, top_p_filter
 from transformer_lite.lm.generate import next_token
-from transformer_lite.model import POSITIONS
+from transformer_lite.schemes import POSITIONS
+
+V = LM_VOCAB
 
 
 def kept(filtered: torch.Tensor) -> set[int]:
@@ -116,21 +119,21 @@ def greedy_by_hand(model, prompt, n):
 @pytest.mark.parametrize("use_cache", [False, True])
 def test_temperature_zero_is_greedy(use_cache):
     model = tiny_lm()
-    prompt = random_tokens(3, 4)
+    prompt = lm_tokens(3, 4)
     expected = greedy_by_hand(model, prompt, 10)
     got = generate(model, prompt, 10, temperature=0, use_cache=use_cache)
     assert torch.equal(got, expected)
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize(
     "options",
     [dict(temperature=0.0), dict(temperature=0.7, top_k=5),
      dict(temperature=1.3, top_p=0.8)],
 )  # fmt: skip
-def test_the_cache_gives_the_same_tokens(fused, options):
-    model = tiny_lm(fused=fused)
-    prompt = random_tokens(4, 3)
+def test_the_cache_gives_the_same_tokens(kernel, options):
+    model = tiny_lm(kernel=kernel)
+    prompt = lm_tokens(4, 3)
     outputs = [
         generate(model, prompt, 16, **options, use_cache=use_cache,
                  generator=torch.Generator().manual_seed(7))
@@ -142,7 +145,7 @@ def test_the_cache_gives_the_same_tokens(fused, options):
 @pytest.mark.parametrize("position", POSITIONS)
 def test_the_cache_gives_the_same_tokens_with_every_position(position):
     model = tiny_lm(position=position)
-    prompt = random_tokens(2, 3)
+    prompt = lm_tokens(2, 3)
     outputs = [
         generate(model, prompt, 12, use_cache=use_cache,
                  generator=torch.Generator().manual_seed(7))
@@ -153,7 +156,7 @@ def test_the_cache_gives_the_same_tokens_with_every_position(position):
 
 def test_a_seeded_generator_reproduces_the_sample():
     model = tiny_lm()
-    prompt = random_tokens(2, 3)
+    prompt = lm_tokens(2, 3)
     outputs = []
     for global_seed in (1, 2):
         torch.manual_seed(global_seed)  # the global generator is not used
@@ -168,7 +171,7 @@ def test_a_seeded_generator_reproduces_the_sample():
 
 def test_generate_keeps_the_prompt_and_leaves_the_model_as_it_was():
     model = tiny_lm().train()
-    prompt = random_tokens(2, 5)
+    prompt = lm_tokens(2, 5)
     out = generate(model, prompt, 6, generator=torch.Generator())
     assert out.shape == (2, 11) and torch.equal(out[:, :5], prompt)
     assert model.training and all(m.training for m in model.modules())
@@ -193,7 +196,7 @@ def test_bad_arguments_are_refused(kwargs, match):
     model = tiny_lm()
     options = {"max_new_tokens": 4, **kwargs}
     with pytest.raises(ValueError, match=match):
-        generate(model, random_tokens(1, 3), **options)
+        generate(model, lm_tokens(1, 3), **options)
 
 
 def test_bad_prompts_are_refused():

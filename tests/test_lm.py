@@ -4,34 +4,23 @@ and its options refused with a clear error."""
 
 import pytest
 import torch
+from conftest import LM_VOCAB, lm_tokens, tiny_lm
 
-from transformer_lite import seed_everything
+from transformer_lite.attention import KERNELS
 from transformer_lite.layers import EncoderLayer
-from transformer_lite.lm import LMConfig, make_lm
-from transformer_lite.model import POSITIONS
+from transformer_lite.lm import LMConfig
+from transformer_lite.schemes import POSITIONS
 
-V = 19
-
-
-def tiny_lm(seed: int = 0, dtype=torch.float64, **fields):
-    """A two-block model in eval mode (no dropout), in ``dtype``."""
-    seed_everything(seed)
-    options = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4, max_len=64)
-    return make_lm(V, **{**options, **fields}).to(dtype).eval()
-
-
-def random_tokens(B: int, L: int, seed: int = 0) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(4, V, (B, L), generator=g)
+V = LM_VOCAB
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-@pytest.mark.parametrize("fused", [False, True])
-def test_the_future_does_not_change_the_past(position, fused):
-    model = tiny_lm(position=position, fused=fused)
-    x = random_tokens(3, 12)
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_the_future_does_not_change_the_past(position, kernel):
+    model = tiny_lm(position=position, kernel=kernel)
+    x = lm_tokens(3, 12)
     y = x.clone()
-    y[:, 7:] = random_tokens(3, 5, seed=1)
+    y[:, 7:] = lm_tokens(3, 5, seed=1)
     a, b = model(x), model(y)  # (B, L, V)
     torch.testing.assert_close(a[:, :7], b[:, :7], rtol=1e-12, atol=1e-12)
     assert not torch.allclose(a[:, 7:], b[:, 7:])
@@ -39,12 +28,13 @@ def test_the_future_does_not_change_the_past(position, fused):
 
 @pytest.mark.parametrize("position", POSITIONS)
 @pytest.mark.parametrize("norm_first", [False, True])
-def test_fused_equals_plain(position, norm_first):
-    plain = tiny_lm(position=position, norm_first=norm_first, fused=False)
-    fused = tiny_lm(position=position, norm_first=norm_first, fused=True)
-    fused.load_state_dict(plain.state_dict())
-    x = random_tokens(2, 10)
-    torch.testing.assert_close(fused(x), plain(x), rtol=1e-10, atol=1e-10)
+@pytest.mark.parametrize("kernel", ["fused", "chunked"])
+def test_every_kernel_equals_plain(position, norm_first, kernel):
+    plain = tiny_lm(position=position, norm_first=norm_first, kernel="plain")
+    other = tiny_lm(position=position, norm_first=norm_first, kernel=kernel)
+    other.load_state_dict(plain.state_dict())
+    x = lm_tokens(2, 10)
+    torch.testing.assert_close(other(x), plain(x), rtol=1e-10, atol=1e-10)
 
 
 def test_a_block_is_the_encoder_layer_under_a_causal_mask():
@@ -59,11 +49,11 @@ def test_a_block_is_the_encoder_layer_under_a_causal_mask():
 
 
 @pytest.mark.parametrize("position", POSITIONS)
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("chunks", [[5, 7], [5, 1, 1, 5], [1] * 12])
-def test_cached_chunks_equal_one_pass(position, fused, chunks):
-    model = tiny_lm(position=position, fused=fused)
-    x = random_tokens(2, 12)
+def test_cached_chunks_equal_one_pass(position, kernel, chunks):
+    model = tiny_lm(position=position, kernel=kernel)
+    x = lm_tokens(2, 12)
     expected = model(x)  # (B, L, V)
     cache = model.new_cache()
     pieces, start = [], 0
@@ -78,8 +68,8 @@ def test_cached_chunks_equal_one_pass(position, fused, chunks):
 def test_causal_calls_reach_the_kernel_as_is_causal(kernel_calls):
     """A full pass and a cache's first chunk (Lq = Lk) hand the kernel
     is_causal=True and no mask; one cached token needs neither."""
-    model = tiny_lm(fused=True)
-    x = random_tokens(2, 6)
+    model = tiny_lm(kernel="fused")
+    x = lm_tokens(2, 6)
     model(x)
     cache = model.new_cache()
     model(x[:, :5], cache=cache)
@@ -98,7 +88,7 @@ def test_tied_embeddings_share_one_matrix():
 
 def test_training_mode_is_restored_and_gradients_flow():
     model = tiny_lm().train()
-    x = random_tokens(2, 8)
+    x = lm_tokens(2, 8)
     model(x).sum().backward()
     assert all(p.grad is not None for p in model.parameters())
 
@@ -111,7 +101,7 @@ def test_training_mode_is_restored_and_gradients_flow():
         ({"d_model": 30, "n_heads": 4}, "divisible by n_heads"),
         ({"dropout": 1.0}, "dropout must be a finite number"),
         ({"tie_embeddings": 1}, "tie_embeddings must be True or False"),
-        ({"fused": "yes"}, "fused must be True or False"),
+        ({"kernel": "yes"}, "kernel must be one of"),
         ({"position": "relative"}, "position must be one of"),
     ],
 )
@@ -126,10 +116,10 @@ def test_bad_calls_are_refused():
     with pytest.raises(ValueError, match="tokens must hold integer"):
         model(torch.randn(2, 5))
     with pytest.raises(ValueError, match="a cache or a segment memory"):
-        model(random_tokens(1, 3), cache=model.new_cache(),
+        model(lm_tokens(1, 3), cache=model.new_cache(),
               memory=model.new_memory(4))  # fmt: skip
     with pytest.raises(ValueError, match="longer than the positional"):
-        model(random_tokens(1, 65))
+        model(lm_tokens(1, 65))
 
 
 def test_out_of_vocabulary_ids_are_a_value_error_on_the_cpu():

@@ -4,13 +4,14 @@ the memory reaches N x M positions back, and no gradient goes into it."""
 
 import pytest
 import torch
-from test_lm import V, random_tokens, tiny_lm
+from conftest import LM_VOCAB, lm_tokens, tiny_lm
 
+from transformer_lite.attention import KERNELS
 from transformer_lite.lm import SegmentMemory
-from transformer_lite.lm.model import TABLES
-from transformer_lite.model import POSITIONS
+from transformer_lite.schemes import POSITIONS, SCHEMES
 
-MEMORY_POSITIONS = [p for p in POSITIONS if p not in TABLES]
+V = LM_VOCAB
+MEMORY_POSITIONS = [p for p in POSITIONS if not SCHEMES[p].table]
 T = 5  # segment length
 
 
@@ -20,15 +21,15 @@ def read_in_segments(model, x, mem_len):
     return torch.cat(pieces, dim=1)  # (B, L, V)
 
 
-@pytest.mark.parametrize("fused", [False, True])
+@pytest.mark.parametrize("kernel", KERNELS)
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("position", MEMORY_POSITIONS)
-def test_a_memory_of_everything_equals_one_pass(position, norm_first, fused):
+def test_a_memory_of_everything_equals_one_pass(position, norm_first, kernel):
     """Three segments, a memory long enough for all that came before:
     every block of every segment sees what one causal pass over the 15
     tokens shows it, so the logits agree (two blocks, float64)."""
-    model = tiny_lm(position=position, norm_first=norm_first, fused=fused)
-    x = random_tokens(2, 15)
+    model = tiny_lm(position=position, norm_first=norm_first, kernel=kernel)
+    x = lm_tokens(2, 15)
     got = read_in_segments(model, x, mem_len=2 * T)
     torch.testing.assert_close(got, model(x), rtol=1e-10, atol=1e-10)
 
@@ -40,13 +41,13 @@ def test_one_block_with_one_segment_of_memory_equals_one_pass(position):
     once it is told to hide older ones; so the first two segments agree
     with one pass and the third does not see segment 1."""
     model = tiny_lm(position=position, n_layers=1)
-    x = random_tokens(2, 15)
+    x = lm_tokens(2, 15)
     got = read_in_segments(model, x, mem_len=T)
     torch.testing.assert_close(
         got[:, : 2 * T], model(x[:, : 2 * T]), rtol=1e-10, atol=1e-10
     )
     y = x.clone()
-    y[:, :T] = random_tokens(2, T, seed=9)  # another first segment
+    y[:, :T] = lm_tokens(2, T, seed=9)  # another first segment
     torch.testing.assert_close(
         read_in_segments(model, y, mem_len=T)[:, 2 * T :],
         got[:, 2 * T :],
@@ -60,9 +61,9 @@ def test_the_memory_reaches_n_blocks_times_m_back():
     through the second block's memory (computed while segment 2 attended
     to segment 1): the reach grows with depth, as in Transformer-XL."""
     model = tiny_lm(n_layers=2)
-    x = random_tokens(2, 15)
+    x = lm_tokens(2, 15)
     y = x.clone()
-    y[:, :T] = random_tokens(2, T, seed=9)
+    y[:, :T] = lm_tokens(2, T, seed=9)
     a = read_in_segments(model, x, mem_len=T)[:, 2 * T :]
     b = read_in_segments(model, y, mem_len=T)[:, 2 * T :]
     assert (a - b).abs().max() > 1e-6
@@ -110,7 +111,7 @@ def test_bad_memories_are_refused():
         memory.update([torch.zeros(3, 2, 4)] * 2)
     table = tiny_lm(position="sinusoidal")
     with pytest.raises(ValueError, match="needs relative positions"):
-        table(random_tokens(1, 3), memory=table.new_memory(4))
+        table(lm_tokens(1, 3), memory=table.new_memory(4))
 
 
 def test_a_memory_that_does_not_fit_the_model_is_named_before_the_pass():
@@ -118,19 +119,19 @@ def test_a_memory_that_does_not_fit_the_model_is_named_before_the_pass():
     # "mixed dtype" (float64), and a wrong n_layers only after a pass.
     model = tiny_lm(position="rope", dtype=torch.float32)
     memory = model.new_memory(4)
-    model(random_tokens(2, 5), memory=memory)
+    model(lm_tokens(2, 5), memory=memory)
     with pytest.raises(ValueError, match="batch of 2 rows.*has 3"):
-        model(random_tokens(3, 5), memory=memory)
+        model(lm_tokens(3, 5), memory=memory)
     wider = tiny_lm(position="rope", dtype=torch.float32, d_model=64)
     with pytest.raises(ValueError, match="width 32.*d_model is 64"):
-        wider(random_tokens(2, 5), memory=memory)
+        wider(lm_tokens(2, 5), memory=memory)
     with pytest.raises(ValueError, match="float32 states"):
-        model.double()(random_tokens(2, 5), memory=memory)
+        model.double()(lm_tokens(2, 5), memory=memory)
     model.float()
     calls = []
     model.layers[0].register_forward_hook(lambda *a: calls.append(1))
     with pytest.raises(ValueError, match="for 3 blocks; the model has 2"):
-        model(random_tokens(2, 5), memory=SegmentMemory(4, 3))
+        model(lm_tokens(2, 5), memory=SegmentMemory(4, 3))
     assert not calls  # refused before any block ran
     with pytest.raises(ValueError, match="must be a SegmentMemory"):
-        model(random_tokens(2, 5), memory=[torch.zeros(2, 4, 32)])
+        model(lm_tokens(2, 5), memory=[torch.zeros(2, 4, 32)])

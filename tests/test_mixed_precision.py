@@ -8,7 +8,7 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import CUDA
+from conftest import CUDA, tiny_model
 from torch.overrides import TorchFunctionMode
 
 from transformer_lite import (
@@ -28,20 +28,7 @@ from transformer_lite.training.step import (
 )
 
 V, PAD, BOS, EOS = 13, 0, 1, 2
-
-
-def tiny_model(device, dropout=0.0, seed=0):
-    seed_everything(seed)
-    return make_model(
-        V,
-        V,
-        n_layers=2,
-        d_model=32,
-        d_ff=64,
-        n_heads=4,
-        dropout=dropout,
-        pad_id=PAD,
-    ).to(device)
+SIZES = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4, pad_id=PAD)
 
 
 def awkward_batch(device="cpu") -> Batch:
@@ -71,12 +58,12 @@ def test_the_batch_really_has_empty_query_rows():
     assert not batch.src_mask[2].any()
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["plain", "fused"])
-def test_bfloat16_step_gives_finite_loss_and_gradients(fused):
-    model = tiny_model("cpu", dropout=0.1)
+@pytest.mark.parametrize("kernel", ["plain", "fused"])
+def test_bfloat16_step_gives_finite_loss_and_gradients(kernel):
+    model = tiny_model(V, **SIZES, dropout=0.1, device="cpu")
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
-            module.fused = fused
+            module.kernel = kernel
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = LabelSmoothingLoss(V, PAD, 0.1, reduction="sum")
     before = copy.deepcopy(model.state_dict())
@@ -95,7 +82,8 @@ def test_bfloat16_step_gives_finite_loss_and_gradients(fused):
 
 
 def test_bfloat16_loss_is_close_to_the_float32_loss():
-    model = tiny_model("cpu").eval()  # no dropout: the same function
+    # no dropout: the same function
+    model = tiny_model(V, **SIZES, device="cpu").eval()
     batch = awkward_batch()
     loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.0)
     with torch.no_grad():
@@ -109,7 +97,7 @@ def test_bfloat16_loss_is_close_to_the_float32_loss():
 
 
 def test_bfloat16_gradients_are_close_to_float32_gradients():
-    model = tiny_model("cpu")
+    model = tiny_model(V, **SIZES, device="cpu")
     batch = awkward_batch()
     loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.0)
     grads = []
@@ -142,7 +130,10 @@ def test_attention_under_autocast_keeps_empty_rows_at_zero():
 def test_float32_step_is_the_plain_step():
     batch = awkward_batch()
     loss_fn = LabelSmoothingLoss(V, PAD, 0.1, reduction="sum")
-    models = [tiny_model("cpu"), tiny_model("cpu")]
+    models = [
+        tiny_model(V, **SIZES, device="cpu"),
+        tiny_model(V, **SIZES, device="cpu"),
+    ]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     ours = train_step(models[0], batch, loss_fn, optimizers[0])
     # the same step written out: the mean loss per target token
@@ -192,7 +183,7 @@ def test_unsupported_choices_explain_themselves(device, amp_dtype, match):
 
 
 def test_float16_without_a_scaler_is_refused():
-    model = tiny_model("cpu")
+    model = tiny_model(V, **SIZES, device="cpu")
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     loss_fn = LabelSmoothingLoss(V, PAD, reduction="sum")
     with pytest.raises(ValueError, match="on cpu use amp_dtype=torch.bf"):
@@ -203,7 +194,7 @@ def test_float16_without_a_scaler_is_refused():
 
 @pytest.mark.skipif(not CUDA, reason="float16 with a GradScaler needs CUDA")
 def test_float16_with_a_scaler_on_cuda():
-    model = tiny_model("cuda", dropout=0.1)
+    model = tiny_model(V, **SIZES, dropout=0.1, device="cuda")
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.1)
     scaler = grad_scaler("cuda", torch.float16)

@@ -1,18 +1,18 @@
-"""The full model: sizes from the paper, causality, padding, errors."""
+"""The full model: sizes from the paper, causality, padding, errors, the
+parameters its config counts, and every attention kernel giving the
+plain kernel's outputs and gradients with every position scheme."""
 
 import pytest
 import torch
+from conftest import padded_src_tgt, tiny_model
 
+from transformer_lite.attention import KERNELS, set_attention_kernel
 from transformer_lite.model import Transformer, TransformerConfig, make_model
+from transformer_lite.schemes import POSITIONS
 
 PAD = 0
-
-
-def small_model(**fields):
-    torch.manual_seed(0)
-    config = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4, dropout=0.0)
-    config.update(fields)
-    return make_model(13, 11, **config)
+SMALL = dict(n_layers=2, d_model=32, d_ff=64, n_heads=4)  # no dropout
+FOUR_HEADS = dict(n_layers=2, d_model=16, d_ff=32, n_heads=4)
 
 
 def test_base_model_has_about_the_papers_65m_parameters():
@@ -37,7 +37,7 @@ def test_tied_embeddings_share_one_tensor():
 
 
 def test_forward_shapes(device):
-    model = small_model().to(device)
+    model = tiny_model(13, 11, **SMALL, device=device)
     src = torch.randint(1, 13, (3, 7), device=device)
     tgt = torch.randint(1, 11, (3, 5), device=device)
     assert model(src, tgt).shape == (3, 5, 11)
@@ -45,7 +45,7 @@ def test_forward_shapes(device):
 
 
 def test_changing_a_later_target_token_changes_no_earlier_output():
-    model = small_model().eval()
+    model = tiny_model(13, 11, **SMALL).eval()
     src = torch.randint(1, 13, (2, 6))
     tgt = torch.randint(1, 11, (2, 5))
     out = model(src, tgt)
@@ -58,7 +58,7 @@ def test_changing_a_later_target_token_changes_no_earlier_output():
 
 
 def test_padded_tokens_change_no_real_output():
-    model = small_model().eval()
+    model = tiny_model(13, 11, **SMALL).eval()
     src = torch.tensor([[5, 6, 7, PAD, PAD], [5, 6, 7, 8, 9]])
     tgt = torch.tensor([[1, 2, 3, PAD], [1, 2, 3, 4]])
     out = model(src, tgt)
@@ -74,12 +74,12 @@ def test_padded_tokens_change_no_real_output():
 
 
 def test_dropout_zero_means_no_dropout_anywhere():
-    model = small_model(dropout=0.0)
+    model = tiny_model(13, 11, **SMALL, dropout=0.0)
     src, tgt = torch.randint(1, 11, (2, 6)), torch.randint(1, 11, (2, 4))
     train_out = model.train()(src, tgt)
     eval_out = model.eval()(src, tgt)
     torch.testing.assert_close(train_out, eval_out, rtol=0, atol=0)
-    noisy = small_model(dropout=0.3)
+    noisy = tiny_model(13, 11, **SMALL, dropout=0.3)
     assert not torch.allclose(noisy.train()(src, tgt), noisy.eval()(src, tgt))
 
 
@@ -121,7 +121,7 @@ def test_bad_configurations_are_clear_errors(fields, message):
 def test_bad_tokens_are_clear_errors():
     """Shapes and dtypes always; id ranges with the opt-in check (it
     reads values, which the forward pass must not do by default)."""
-    model = small_model()
+    model = tiny_model(13, 11, **SMALL)
     model.check_ids = True
     src = torch.randint(1, 13, (2, 5))
     tgt = torch.randint(1, 11, (2, 4))
@@ -146,7 +146,7 @@ def test_bad_tokens_are_clear_errors():
 
 
 def test_embeddings_are_scaled_by_sqrt_d_model_and_positioned():
-    model = small_model()
+    model = tiny_model(13, 11, **SMALL)
     tokens = torch.tensor([[3, 4, 5]])
     table = model.positional.table[:3]
     expected = model.src_embed(tokens) * 32**0.5 + table
@@ -170,13 +170,53 @@ def test_config_counts_parameters_without_building(fields):
     assert config.n_parameters() == Transformer(config).count_parameters()
 
 
+@pytest.mark.parametrize("position", POSITIONS)
+@pytest.mark.parametrize("tie_embeddings", [False, True])
+def test_config_counts_every_schemes_parameters(position, tie_embeddings):
+    config = TransformerConfig(
+        13,
+        13,
+        **FOUR_HEADS,
+        max_len=40,
+        position=position,
+        tie_embeddings=tie_embeddings,
+    )
+    model = Transformer(config)
+    assert config.n_parameters() == model.count_parameters()
+
+
+@pytest.mark.parametrize("position", POSITIONS)
+def test_every_kernel_gives_the_plain_model(position):
+    """Forward and gradients of the fused and chunked kernels against
+    the plain one, in training mode without dropout, with padding in
+    source and target."""
+    torch.manual_seed(0)
+    model = make_model(
+        13, 13, **FOUR_HEADS, dropout=0.0, position=position
+    ).double()
+    src, tgt = padded_src_tgt()
+    results = []
+    for kernel in KERNELS:  # plain first
+        assert set_attention_kernel(model, kernel) > 0
+        model.zero_grad()
+        out = model(src, tgt)
+        out.pow(2).sum().backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        results.append((out, grads))
+    (plain, plain_grads), *others = results
+    for out, grads in others:
+        torch.testing.assert_close(out, plain, rtol=1e-10, atol=1e-10)
+        for a, b in zip(grads, plain_grads, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
 @pytest.mark.parametrize(
     "dtype", [torch.uint8, torch.int8, torch.int16, torch.bool]
 )
 def test_token_dtypes_the_embedding_cannot_take_are_refused(dtype):
     # Before: uint8, int8 and int16 passed the check and then failed in
     # nn.Embedding with a RuntimeError.
-    model = small_model()
+    model = tiny_model(13, 11, **SMALL)
     src = torch.randint(1, 11, (2, 5))
     with pytest.raises(ValueError, match=f"got dtype {dtype}"):
         model(src.to(dtype), src)

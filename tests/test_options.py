@@ -171,7 +171,7 @@ def test_number_splits_wants_an_int_seed(seed):
     [
         (lambda: _mha(8.0, 2), "d_model"),
         (lambda: _mha(8, 2, dropout=True), "dropout"),
-        (lambda: _mha(8, 2, fused="yes"), "fused"),
+        (lambda: _mha(8, 2, kernel="fast"), "kernel must be one of"),
         (lambda: _chunked(chunk_size=True), "chunk_size"),
         (lambda: _sdpa_of_ints(), "floating"),
         (lambda: sinusoidal_table(4, 8, dtype=torch.int64), "dtype"),

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-from test_lm import V, random_tokens, tiny_lm
+from conftest import LM_VOCAB, lm_tokens, tiny_lm
 
 from transformer_lite.lm import (
     next_token_loss,
@@ -15,6 +15,8 @@ from transformer_lite.lm import (
     token_losses,
 )
 from transformer_lite.tokens import PAD_ID
+
+V = LM_VOCAB
 
 
 @pytest.mark.parametrize("T", [1, 4, 5, 11])
@@ -30,7 +32,7 @@ def test_segments_predict_every_token_once(T):
 
 def test_plain_perplexity_is_exp_of_the_mean_loss_of_each_segment():
     model = tiny_lm()
-    stream = random_tokens(2, 13)
+    stream = lm_tokens(2, 13)
     got = perplexity(model, stream, segment_len=4)
     with torch.no_grad():
         nll = [
@@ -44,9 +46,9 @@ def test_plain_perplexity_is_exp_of_the_mean_loss_of_each_segment():
 
 def test_padding_targets_are_left_out():
     model = tiny_lm()
-    stream = random_tokens(2, 9)
+    stream = lm_tokens(2, 9)
     padded = torch.cat([stream, torch.full((2, 4), PAD_ID)], dim=1)
-    padded[1, 9:] = random_tokens(1, 4, seed=3)  # one row longer
+    padded[1, 9:] = lm_tokens(1, 4, seed=3)  # one row longer
     losses, counted = token_losses(model, padded, segment_len=5)
     assert counted.sum() == 8 + 12
     assert (losses[~counted] == 0).all()
@@ -61,14 +63,14 @@ def test_a_model_that_knows_nothing_scores_the_vocabulary_size():
     for p in model.generator.parameters():
         torch.nn.init.zeros_(p)  # every logit 0: a uniform guess
     model.config.tie_embeddings = False
-    got = perplexity(model, random_tokens(3, 20), segment_len=6)
+    got = perplexity(model, lm_tokens(3, 20), segment_len=6)
     assert math.isclose(got, V, rel_tol=1e-12)
 
 
 def test_next_token_loss_ignores_padding():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 5, V, generator=g, dtype=torch.float64)
-    targets = random_tokens(2, 5)
+    targets = lm_tokens(2, 5)
     targets[0, 3:] = PAD_ID
     loss = next_token_loss(logits, targets)
     keep = targets != PAD_ID
@@ -78,7 +80,7 @@ def test_next_token_loss_ignores_padding():
 
 def test_bad_arguments_are_refused():
     model = tiny_lm()
-    stream = random_tokens(2, 9)
+    stream = lm_tokens(2, 9)
     with pytest.raises(ValueError, match="segment_len must be a positive"):
         perplexity(model, stream, segment_len=0)
     with pytest.raises(ValueError, match="mem_len must be a non-negative"):
@@ -99,7 +101,7 @@ def test_perplexity_leaves_a_training_model_in_training_mode():
         seen.append(module.training)
 
     model.layers[0].register_forward_hook(record)
-    stream = random_tokens(2, 33)
+    stream = lm_tokens(2, 33)
     first = perplexity(model, stream, segment_len=8)
     assert model.training and all(m.training for m in model.modules())
     assert seen and not any(seen)  # the twin ran without dropout
@@ -108,7 +110,7 @@ def test_perplexity_leaves_a_training_model_in_training_mode():
 
 def test_ids_outside_the_vocabulary_are_named():
     model = tiny_lm()
-    stream = random_tokens(2, 17)
+    stream = lm_tokens(2, 17)
     stream[1, 5] = V
     with pytest.raises(ValueError, match=rf"stream holds token ids.*{V}"):
         perplexity(model, stream, segment_len=8)
@@ -117,7 +119,7 @@ def test_ids_outside_the_vocabulary_are_named():
 @pytest.mark.parametrize("pad_id", [True, 1.5, -1, "0"])
 def test_pad_id_is_a_token_id(pad_id):
     with pytest.raises(ValueError, match="pad_id must be"):
-        perplexity(tiny_lm(), random_tokens(1, 9), segment_len=4,
+        perplexity(tiny_lm(), lm_tokens(1, 9), segment_len=4,
                    pad_id=pad_id)  # fmt: skip
 
 
@@ -126,5 +128,5 @@ def test_a_diverged_model_has_an_infinite_perplexity():
     model = tiny_lm()
     with torch.no_grad():
         model.generator.weight.mul_(1e4)
-    value = perplexity(model, random_tokens(2, 17), segment_len=8)
+    value = perplexity(model, lm_tokens(2, 17), segment_len=8)
     assert value == math.inf

@@ -5,6 +5,7 @@ import torch
 
 from transformer_lite.positional import (
     LearnedPositionalEmbedding,
+    NoPositionalEncoding,
     SinusoidalPositionalEncoding,
     sinusoidal_table,
 )
@@ -68,3 +69,14 @@ def test_learned_embedding_adds_one_vector_per_position():
     x = torch.zeros(2, 5, 4)
     torch.testing.assert_close(learned(x)[1], learned.embedding.weight[:5])
     assert sum(p.numel() for p in learned.parameters()) == 8 * 4
+
+
+def test_learned_positions_start_at_the_offset():
+    learned = LearnedPositionalEmbedding(6, dropout=0.0, max_len=10)
+    x = torch.randn(2, 3, 6)
+    expected = x + learned.embedding.weight[4:7]
+    torch.testing.assert_close(learned(x, offset=4), expected)
+    with pytest.raises(ValueError, match=r"length 11 .*max_len=10"):
+        learned(x, offset=8)
+    nothing = NoPositionalEncoding(6, dropout=0.0, max_len=10)
+    assert torch.equal(nothing(x, offset=7), x)

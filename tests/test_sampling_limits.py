@@ -6,9 +6,9 @@ temperature draws, rows of -inf and +inf mean what they say, NaN is a
 import numpy as np
 import pytest
 import torch
+from conftest import lm_tokens, tiny_lm
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_lm import random_tokens, tiny_lm
 
 from transformer_lite.lm import generate, top_k_filter, top_p_filter
 from transformer_lite.lm.generate import next_token
@@ -85,7 +85,7 @@ def test_plus_infinity_takes_all_the_probability():
 @pytest.mark.parametrize("temperature", [1e-45, 1e-39, 1e-30, 5e-324])
 def test_a_tiny_temperature_is_the_greedy_limit(temperature, top_p):
     model = tiny_lm()
-    prompt = random_tokens(3, 4)
+    prompt = lm_tokens(3, 4)
     greedy = generate(model, prompt, 6, temperature=0)
     g = torch.Generator().manual_seed(0)
     cold = generate(

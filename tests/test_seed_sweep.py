@@ -49,6 +49,19 @@ def test_a_failing_assert_is_recorded_with_its_values_and_goes_on(recorded):
     assert plain == {**plain, "ops": [], "values": [], "passed": True}
 
 
+def test_a_conjunction_of_comparisons_is_two_claims(recorded):
+    """``early > 0.85 and past < 0.25`` hid both values; each side is now
+    a claim of its own, with its values, even after the first fails."""
+    first, second = recorded(
+        "early, past = 0.57, 0.13\nassert early > 0.85 and past < 0.25\n"
+    )
+    assert first["text"] == "early > 0.85" and not first["passed"]
+    assert first["values"] == pytest.approx([0.57, 0.85])
+    assert second["text"] == "past < 0.25" and second["passed"]
+    other = recorded("x = [1]\nassert x and len(x) == 1\n")[-1]
+    assert other["ops"] == [] and other["passed"]  # not all comparisons
+
+
 def test_asserts_in_functions_are_code_and_still_raise(recorded):
     source = "def check(x):\n    assert x > 0, 'positive'\n\ncheck(-1)\n"
     with pytest.raises(AssertionError, match="positive"):

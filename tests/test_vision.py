@@ -8,6 +8,7 @@ import itertools
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import TINY_VIT, tiny_vit
 from torch import nn
 
 from transformer_lite import make_model
@@ -37,8 +38,6 @@ from transformer_lite.vision import (
     to_patches,
     window_mask,
 )
-
-SMALL = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
 
 
 @pytest.mark.parametrize("patch, channels", [((2, 2), 1), ((2, 3), 3)])
@@ -98,11 +97,6 @@ def test_tiled_positions_copy_the_small_grid(kind):
         small.tiled((2, 5))
 
 
-def tiny_vit(**fields) -> VisionTransformer:
-    torch.manual_seed(0)
-    return VisionTransformer(ViTConfig(**{**SMALL, **fields})).eval()
-
-
 def test_vit_scores_classes_and_checks_its_images():
     vit = tiny_vit()
     images = torch.rand(3, 1, 8, 8)
@@ -140,7 +134,7 @@ def test_without_positions_the_patches_are_an_unordered_set():
 
 def image_to_text(vocab: int = 11) -> ImageToText:
     torch.manual_seed(0)
-    vision = ViTConfig(image_size=(8, 24), **SMALL)
+    vision = ViTConfig(image_size=(8, 24), **TINY_VIT)
     config = ImageToTextConfig(
         vocab, vision=vision, n_layers=2, d_ff=32, n_heads=2, dropout=0.0
     )
@@ -267,7 +261,7 @@ def test_a_windowed_encoder_reads_each_window_as_the_vit_would():
     vit = tiny_vit()
     with torch.no_grad():  # as if trained: not its zero start
         vit.class_token.normal_()
-    vision = ViTConfig(image_size=(8, 24), **SMALL)
+    vision = ViTConfig(image_size=(8, 24), **TINY_VIT)
     config = ImageToTextConfig(11, vision=vision, window=(4, 4), n_heads=2)
     model = ImageToText.from_vit(vit, config).eval()
     images = torch.rand(2, 1, 8, 24)

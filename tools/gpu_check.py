@@ -151,7 +151,9 @@ def attention_cases(device: torch.device) -> dict:
             (True, padding, False, "fused, padding mask"),
             (True, decoder, False, "fused, causal & padding mask"),
         ):
-            module = MultiHeadAttention(C, 8, dropout=0.1, fused=fused)
+            module = MultiHeadAttention(
+                C, 8, dropout=0.1, kernel="fused" if fused else "plain"
+            )
             module.to(device, dtype)
 
             def run(module=module, x=x, mask=mask, causal=causal):
@@ -165,7 +167,7 @@ def attention_cases(device: torch.device) -> dict:
 def model_setup(device: torch.device):
     """A training step and a decoding of a small model with fused
     attention, as the chapters and the benchmark run them."""
-    from transformer_lite import make_model, set_fused_attention
+    from transformer_lite import make_model, set_attention_kernel
     from transformer_lite.bench.fixtures import QUICK, Sizes, random_batch
     from transformer_lite.tokens import PAD_ID
     from transformer_lite.training import Batch, LabelSmoothingLoss
@@ -182,7 +184,7 @@ def model_setup(device: torch.device):
         n_heads=sizes.n_heads,
         dropout=sizes.dropout,
     ).to(device)
-    set_fused_attention(model, True)
+    set_attention_kernel(model, "fused")
     src, tgt = random_batch(sizes, sizes.batch, torch.device("cpu"))
     batch = Batch(src, tgt, PAD_ID)  # on the CPU, as a data loader gives it
     loss_fn = LabelSmoothingLoss(sizes.vocab, PAD_ID, 0.1, reduction="sum")

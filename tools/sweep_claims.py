@@ -11,9 +11,11 @@ claims) is rewritten so that it records the values it compared and goes
 on: one run of a chapter measures every claim in it, even after one fails.
 
 A comparison ``assert a >= b`` records both operands (numbers when they
-are numbers or one-element tensors) and the operator; any other test
-records its truth. ``finish()`` adds the CPU capability ATen chose and
-writes the records to the JSON file.
+are numbers or one-element tensors) and the operator; a conjunction of
+comparisons (``assert a > x and b < y``) records each as its own claim,
+so that neither hides its margin; any other test records its truth.
+``finish()`` adds the CPU capability ATen chose and writes the records
+to the JSON file.
 """
 
 import ast
@@ -118,12 +120,17 @@ class RecordAsserts(ast.NodeTransformer):
     visit_Lambda = visit_FunctionDef  # noqa: N815
 
     def visit_Assert(self, node: ast.Assert):  # noqa: N802
-        text = ast.unparse(node.test)
-        recorder = ast.Name(RECORDER, ast.Load())
         test = node.test
-        if isinstance(test, ast.Compare) and all(
-            type(op) in OPS for op in test.ops
-        ):
+        if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+            if all(_comparison(part) for part in test.values):
+                # ``a < x and b > y``: two claims, each with its values
+                return [self._record(part, node) for part in test.values]
+        return self._record(test, node)
+
+    def _record(self, test: ast.expr, node: ast.Assert) -> ast.Expr:
+        text = ast.unparse(test)
+        recorder = ast.Name(RECORDER, ast.Load())
+        if _comparison(test):
             call = ast.Call(
                 ast.Attribute(recorder, "compare", ast.Load()),
                 [
@@ -145,6 +152,13 @@ class RecordAsserts(ast.NodeTransformer):
         return ast.fix_missing_locations(
             ast.copy_location(ast.Expr(call), node)
         )
+
+
+def _comparison(test: ast.expr) -> bool:
+    """A comparison whose operators the recorder knows."""
+    return isinstance(test, ast.Compare) and all(
+        type(op) in OPS for op in test.ops
+    )
 
 
 def install(path: str) -> None:

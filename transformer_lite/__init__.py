@@ -27,8 +27,9 @@ from those below it: :mod:`transformer_lite.training` (chapters 6-8),
 
 from transformer_lite.attention import (
     MultiHeadAttention,
+    attend,
     scaled_dot_product_attention,
-    set_fused_attention,
+    set_attention_kernel,
 )
 from transformer_lite.chunked import chunked_attention
 from transformer_lite.device import (
@@ -46,7 +47,6 @@ from transformer_lite.layers import (
 )
 from transformer_lite.masks import causal_mask, padding_mask, target_mask
 from transformer_lite.model import (
-    POSITIONS,
     Transformer,
     TransformerConfig,
     make_model,
@@ -64,6 +64,7 @@ from transformer_lite.relative import (
     T5RelativeBias,
 )
 from transformer_lite.rotary import RotaryEmbedding
+from transformer_lite.schemes import POSITIONS, SCHEMES
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 
 __version__ = "0.1.0"
@@ -73,6 +74,7 @@ __all__ = [
     "EOS_ID",
     "PAD_ID",
     "POSITIONS",
+    "SCHEMES",
     "ALiBiBias",
     "Decoder",
     "DecoderLayer",
@@ -90,6 +92,7 @@ __all__ = [
     "Transformer",
     "TransformerConfig",
     "causal_mask",
+    "attend",
     "chunked_attention",
     "default_device",
     "evaluating",
@@ -98,7 +101,7 @@ __all__ = [
     "padding_mask",
     "scaled_dot_product_attention",
     "seed_everything",
-    "set_fused_attention",
+    "set_attention_kernel",
     "sinusoidal_table",
     "target_mask",
 ]

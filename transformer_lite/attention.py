@@ -11,61 +11,37 @@ position scheme (chapter 9) enters through
 queries and keys, or adds a ``bias`` to the scores, in every path.
 """
 
-import contextlib
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lite.cache import KVCache
-from transformer_lite.checks import check_bool, check_int, check_real
+from transformer_lite.checks import (
+    check_bool,
+    check_heads,
+    check_int,
+    check_real,
+)
+from transformer_lite.chunked import chunked_attention
 from transformer_lite.masks import causal_mask, check_mask
 from transformer_lite.positional import RelativePosition
+from transformer_lite.scores import check_qkv, full_precision, scaled_query
 
 __all__ = [
+    "KERNELS",
     "MultiHeadAttention",
+    "attend",
     "fused_attention",
     "scaled_dot_product_attention",
-    "set_fused_attention",
+    "set_attention_kernel",
 ]
 
-
-def full_precision(device: torch.device) -> contextlib.AbstractContextManager:
-    """A context in which autocast is off on ``device``, so that a
-    product asked for in float32 really runs in float32."""
-    if torch.amp.is_autocast_available(device.type):
-        return torch.autocast(device.type, enabled=False)
-    return contextlib.nullcontext()
-
-
-def score_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype attention scores are computed in: float32 for 16-bit
-    inputs (as PyTorch's fused kernels accumulate), else the input's."""
-    return torch.promote_types(dtype, torch.float32)
-
-
-def _check_qkv(query: Tensor, key: Tensor, value: Tensor) -> None:
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(x, Tensor) or not x.is_floating_point():
-            what = x.dtype if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"{name} must be a floating tensor, got {what}")
-    if query.dim() < 2 or not query.dim() == key.dim() == value.dim():
-        raise ValueError(
-            "query, key and value must have the same number of dimensions "
-            f"(at least 2), got shapes {tuple(query.shape)}, "
-            f"{tuple(key.shape)}, {tuple(value.shape)}"
-        )
-    if query.size(-1) != key.size(-1):
-        raise ValueError(
-            f"query and key must share their last dimension d_k, got "
-            f"query {tuple(query.shape)} and key {tuple(key.shape)}"
-        )
-    if key.size(-2) != value.size(-2):
-        raise ValueError(
-            f"key and value must have the same length Lk, got "
-            f"key {tuple(key.shape)} and value {tuple(value.shape)}"
-        )
+# The three ways to compute the same attention (chapter 8): the
+# hand-written formula, PyTorch's fused kernel, the online softmax.
+KERNELS = ("plain", "fused", "chunked")
 
 
 def scaled_dot_product_attention(
@@ -98,15 +74,12 @@ def scaled_dot_product_attention(
         query: (..., Lq, D); key: (..., Lk, D); value: (..., Lk, Dv);
         output: (..., Lq, Dv); weights: (..., Lq, Lk).
     """
-    _check_qkv(query, key, value)
-    d_k = query.size(-1)
-    # Scale first, then multiply, in float32 (or float64): Q K^T alone can
-    # pass float16's largest value, 65504, where Q K^T / sqrt(d_k) does
-    # not, and bfloat16's 8 bits would blur scores that softmax amplifies.
+    check_qkv(query, key, value)
+    # Scale first, then multiply, in float32 (or float64): see
+    # transformer_lite.scores.
     with full_precision(query.device):
-        q = query.to(score_dtype(query.dtype)) / math.sqrt(d_k)
-        k = key.to(q.dtype)
-        scores = q @ k.transpose(-2, -1)  # (..., Lq, Lk)
+        q = scaled_query(query)  # Q / sqrt(d_k)
+        scores = q @ key.to(q.dtype).transpose(-2, -1)  # (..., Lq, Lk)
     if mask is not None:
         check_mask(mask, scores.shape)
     if bias is not None:
@@ -129,6 +102,96 @@ def scaled_dot_product_attention(
     return weights @ value, weights  # (..., Lq, Dv), (..., Lq, Lk)
 
 
+Bias = Tensor | Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+def attend(
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    *,
+    mask: Tensor | None = None,
+    is_causal: bool = False,
+    bias: Bias | None = None,
+    dropout_p: float = 0.0,
+    kernel: str = "plain",
+    need_weights: bool = False,
+) -> tuple[Tensor, Tensor | None]:
+    """Attention by the chosen kernel: the one place that knows kernels.
+
+    Every kernel computes softmax(Q K^T / sqrt(d_k) + bias) V with the
+    same rules: scores in float32 for 16-bit inputs, Q scaled first; a
+    query row that may attend to no key gets a zero output, not NaN.
+
+    ``is_causal``: the Lq queries are the *last* Lq of the Lk positions
+    (the first Lk - Lq are cached keys or a segment memory), and each
+    attends to the keys at or before its own position, on top of
+    ``mask``. The fused kernel is told so only where its own rule (query
+    i sees keys 0..i) is the same one: Lq = Lk and no other mask or
+    bias, which lets a GPU run FlashAttention. Everywhere else the
+    right-aligned mask is spelled out; one query (Lq = 1) needs none.
+
+    Args:
+        query, key, value: (..., Lq, D), (..., Lk, D), (..., Lk, Dv).
+        mask: bool, True = may attend; broadcasts to (..., Lq, Lk).
+        is_causal: as above.
+        bias: added to the scaled scores (chapter 9): a tensor that
+            broadcasts to (..., Lq, Lk), or, for the chunked kernel, a
+            function ``bias(query_block, query_index, key_index)``.
+        dropout_p: dropout on the weights (the plain and fused kernels;
+            the chunked one forms no weights to drop).
+        kernel: ``"plain"`` (:func:`scaled_dot_product_attention`),
+            ``"fused"`` (:func:`fused_attention`, PyTorch's kernel) or
+            ``"chunked"`` (:func:`~transformer_lite.chunked.chunked_attention`,
+            the online softmax).
+        need_weights: also return the weights (the plain kernel only).
+
+    Returns:
+        the output (..., Lq, Dv) and the weights (..., Lq, Lk), or None
+        unless ``need_weights``.
+    """
+    check_kernel(kernel)
+    if need_weights and kernel != "plain":
+        raise ValueError(
+            f"the {kernel} kernel never forms the weights; ask "
+            "kernel='plain' for need_weights=True"
+        )
+    if dropout_p > 0 and kernel == "chunked":
+        raise ValueError(
+            "the chunked kernel forms no weights to drop: call it with "
+            f"dropout_p=0 (in eval mode), got dropout_p={dropout_p}"
+        )
+    Lq, Lk = query.size(-2), key.size(-2)
+    if is_causal and Lq > Lk:
+        raise ValueError(
+            f"is_causal needs at least as many keys as queries, got "
+            f"Lq={Lq} and Lk={Lk}"
+        )
+    flash = kernel == "fused" and mask is None and bias is None
+    if is_causal and not (flash and Lq == Lk) and Lq > 1:
+        # query i sits at position Lk - Lq + i: it sees keys 0..Lk - Lq + i
+        past = causal_mask(Lk, query.device)[:, Lk - Lq :]  # (1, Lq, Lk)
+        past = past.view((1,) * (query.dim() - 2) + (Lq, Lk))
+        mask = past if mask is None else mask & past
+    causal = is_causal and flash and Lq == Lk  # the kernel's own rule
+    if kernel == "plain":
+        dropout = (lambda w: F.dropout(w, dropout_p)) if dropout_p else None
+        out, weights = scaled_dot_product_attention(
+            query, key, value, mask, dropout, bias=bias
+        )
+        return out, weights if need_weights else None
+    if kernel == "chunked":
+        return chunked_attention(query, key, value, mask, bias=bias), None
+    check_qkv(query, key, value)
+    if mask is not None:
+        batch = torch.broadcast_shapes(query.shape[:-2], key.shape[:-2])
+        check_mask(mask, batch + (Lq, Lk))
+    out = fused_attention(
+        query, key, value, mask, dropout_p, is_causal=causal, bias=bias
+    )
+    return out, None
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention with four projections written out.
 
@@ -143,10 +206,12 @@ class MultiHeadAttention(nn.Module):
         n_heads: number of heads H; must divide ``d_model``.
         dropout: dropout on the attention weights; 0.0 means none.
         bias: whether the four projections have a bias.
-        fused: compute attention with PyTorch's fused
-            ``F.scaled_dot_product_attention`` (memory-efficient or
-            cuDNN kernels on a GPU; CUDA's flash kernel takes no mask)
-            instead of the hand-written function.
+        kernel: how attention is computed (:func:`attend`): ``"plain"``,
+            the hand-written function; ``"fused"``, PyTorch's
+            ``F.scaled_dot_product_attention`` (memory-efficient or cuDNN
+            kernels on a GPU, FlashAttention where there is no mask);
+            ``"chunked"``, the online softmax of chapter 8 (no dropout:
+            use it in eval mode, or with ``dropout=0``).
         position: a relative position scheme for self-attention (RoPE,
             ALiBi, T5, Shaw; chapter 9), or None. One module may serve
             several layers (T5 shares its table within a stack).
@@ -154,7 +219,9 @@ class MultiHeadAttention(nn.Module):
     Attributes:
         keep_weights: when True, the last forward pass stores its attention
             weights, detached, in ``self.weights`` (B, H, Lq, Lk) for
-            visualisation. Off by default, so no activations are kept alive.
+            visualisation, computed by the plain kernel whatever
+            ``kernel`` says (the others never form them). Off by default,
+            so no activations are kept alive.
 
     Shape:
         query: (B, Lq, C); key, value: (B, Lk, C); mask: (B, Lq, Lk),
@@ -168,21 +235,17 @@ class MultiHeadAttention(nn.Module):
         n_heads: int,
         dropout: float = 0.1,
         bias: bool = True,
-        fused: bool = False,
+        kernel: str = "plain",
         *,
         position: RelativePosition | None = None,
     ) -> None:
         super().__init__()
         check_int("d_model", d_model, low=1)
         check_int("n_heads", n_heads, low=1)
-        if d_model % n_heads != 0:
-            raise ValueError(
-                f"d_model ({d_model}) must be a positive multiple of "
-                f"n_heads ({n_heads})"
-            )
+        check_heads(d_model, n_heads)
         check_real("dropout", dropout, low=0.0, high=1.0, high_open=True)
         check_bool("bias", bias)
-        check_bool("fused", fused)
+        check_kernel(kernel)
         if position is not None and not isinstance(position, RelativePosition):
             raise ValueError(
                 "position must be a RelativePosition (RoPE, ALiBi, T5, "
@@ -196,11 +259,21 @@ class MultiHeadAttention(nn.Module):
         self.w_v = nn.Linear(d_model, d_model, bias=bias)
         self.w_o = nn.Linear(d_model, d_model, bias=bias)
         self.dropout_p = dropout
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else None
-        self.fused = fused
+        self.kernel = kernel
         self.position = position
         self.keep_weights = False
         self.weights: Tensor | None = None
+
+    @property
+    def why_not_fused(self) -> str:
+        """Why a forward pass would not run PyTorch's fused kernel, or ""
+        when it would (as ``nn.MultiheadAttention`` explains its fast
+        path)."""
+        if self.keep_weights:
+            return "keep_weights is on: a fused kernel forms no weights"
+        if self.kernel != "fused":
+            return f"the module's kernel is {self.kernel!r}"
+        return ""
 
     def split_heads(self, x: Tensor) -> Tensor:
         """(B, L, C) -> (B, H, L, D).
@@ -255,93 +328,70 @@ class MultiHeadAttention(nn.Module):
         *,
         is_causal: bool = False,
     ) -> Tensor:
-        """Attend from ``query`` to ``key``/``value``.
+        """Project, cache, place, attend, merge.
 
         ``cache`` (incremental decoding, chapter 8): a self-attention cache
         appends the new keys and values and attends over all of them; a
         static (cross-attention) cache projects ``key``/``value`` on the
         first call only and reuses them afterwards.
 
-        ``is_causal``: the Lq queries are the last Lq of the Lk positions
-        (the first Lk - Lq are cached keys or a segment memory), and each
-        may also attend only to the keys at or before its own position,
-        on top of ``mask`` if one is given. With ``fused``, no other mask
-        and Lq = Lk, the fused kernel is told so instead of being given a
-        mask, which lets a GPU run FlashAttention; with Lq < Lk the mask
-        is spelled out (the kernel's own alignment is Lq = Lk's), and one
-        new query (Lq = 1) needs none.
+        ``is_causal``: the queries are the last Lq of the Lk positions
+        (after the cached keys, or a segment memory) and see only keys at
+        or before their own position, on top of ``mask`` (:func:`attend`).
 
         With a ``position`` scheme, the new keys sit at positions
         t .. t + L - 1, t being the number of cached keys (0 without a
         cache), and the queries at the last Lq of them; the cached keys
-        keep theirs. (A segment memory comes in as the first L - Lq of
-        the new keys.)
+        keep theirs.
         """
         self._check_inputs(query, key, value)
         q = self.split_heads(self.w_q(query))  # (B, H, Lq, D)
         t = 0 if cache is None else cache.length  # positions held already
-        if self.position is not None:  # self-attention: Lk = t + L
-            positions = torch.arange(t + key.size(1), device=q.device)
         if cache is not None and cache.static and cache.key is not None:
             k, v = cache.key, cache.value  # (B, H, Lk, D), computed once
         else:
-            k = self.split_heads(self.w_k(key))  # (B, H, Lk, D)
-            v = self.split_heads(self.w_v(value))  # (B, H, Lk, D)
+            k = self.split_heads(self.w_k(key))  # (B, H, L, D)
+            v = self.split_heads(self.w_v(value))  # (B, H, L, D)
             if self.position is not None:  # keys are cached rotated
-                k = self.position.rotate(k, positions[t:])
+                new = torch.arange(t, t + k.size(2), device=k.device)
+                k = self.position.rotate(k, new)  # at t .. t + L - 1
             if cache is not None:
-                k, v = cache.update(k, v)  # (B, H, L_cached + Lk, D)
-        bias = None
-        if self.position is not None:  # the queries: the last Lq
-            q = self.position.rotate(q, positions[-q.size(2) :])
-            bias = self.position.bias(q, positions[-q.size(2) :], positions)
-        B, H, Lq, _ = q.shape  # H: all heads, or a share (chapter 12)
-        if mask is not None:
-            if mask.dim() == 3:
-                mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): heads share
-            check_mask(mask, torch.Size((B, H, Lq, k.size(2))))
-        Lk = k.size(2)
-        if is_causal and Lq > Lk:
-            raise ValueError(
-                f"is_causal needs at least as many keys as queries, got "
-                f"Lq={Lq} and Lk={Lk}"
-            )
-        if is_causal and Lq < Lk:
-            # The kernel's is_causal lets query i see keys 0..i (top-left);
-            # here query i sits at position Lk - Lq + i (bottom-right).
-            if Lq > 1:
-                past = causal_mask(Lk, q.device)[None, :, Lk - Lq :]
-                # past: (1, 1, Lq, Lk), a shape every fused kernel takes
-                mask = past if mask is None else mask & past
-            is_causal = False
-        if self.fused and not self.keep_weights:
-            # (B, H, Lq, D), as the plain path's output below
-            x = self._fused_attention(q, k, v, mask, is_causal, bias)
-        else:
-            if is_causal:
-                future = causal_mask(Lq, q.device)  # (1, Lq, Lk)
-                mask = future if mask is None else mask & future
-            dropout = self.dropout if self.training else None
-            x, weights = scaled_dot_product_attention(
-                q, k, v, mask, dropout, bias=bias
-            )
-            if self.keep_weights:
-                self.weights = weights.detach()  # (B, H, Lq, Lk)
+                k, v = cache.update(k, v)  # (B, H, t + L, D)
+        q, bias = self._place_queries(q, k.size(2))
+        if mask is not None and mask.dim() == 3:
+            mask = mask.unsqueeze(1)  # (B, 1, Lq or 1, Lk): heads share
+        kernel = "plain" if self.keep_weights else self.kernel
+        x, weights = attend(
+            q,
+            k,
+            v,
+            mask=mask,
+            is_causal=is_causal,
+            bias=bias,
+            dropout_p=self.dropout_p if self.training else 0.0,
+            kernel=kernel,
+            need_weights=self.keep_weights,
+        )
+        if self.keep_weights:
+            self.weights = weights.detach()  # (B, H, Lq, Lk)
         return self.w_o(self.merge_heads(x))  # (B, Lq, C)
 
-    def _fused_attention(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        mask: Tensor | None,
-        is_causal: bool = False,
-        bias: Tensor | None = None,
-    ) -> Tensor:
-        p = self.dropout_p if self.training else 0.0
-        return fused_attention(
-            q, k, v, mask, dropout_p=p, is_causal=is_causal, bias=bias
-        )
+    def _place_queries(self, q: Tensor, Lk: int) -> tuple[Tensor, Bias | None]:
+        """The queries rotated to their positions, the last Lq of Lk, and
+        the scheme's bias (a function of query and key indices for the
+        chunked kernel, which asks for it block by block)."""
+        if self.position is None:
+            return q, None
+        keys = torch.arange(Lk, device=q.device)  # (Lk,)
+        at = keys[Lk - q.size(2) :]  # (Lq,): the queries' positions
+        q = self.position.rotate(q, at)
+        if type(self.position).bias is RelativePosition.bias:
+            return q, None  # a scheme without a bias (RoPE)
+        if self.kernel == "chunked" and not self.keep_weights:
+            return q, lambda block, rows, cols: self.position.bias(
+                block, at[rows], keys[cols]
+            )
+        return q, self.position.bias(q, at, keys)
 
 
 def fused_attention(
@@ -391,11 +441,18 @@ def fused_attention(
     return x.masked_fill(empty, 0.0)
 
 
-def set_fused_attention(model: nn.Module, fused: bool = True) -> int:
-    """Switch every :class:`~transformer_lite.attention.MultiHeadAttention`
-    in ``model`` to PyTorch's fused kernel (``fused=True``) or to the
-    hand-written attention; returns how many modules were switched."""
+def check_kernel(kernel: str) -> None:
+    """Raise a clear ``ValueError`` unless ``kernel`` names a kernel."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+
+
+def set_attention_kernel(model: nn.Module, kernel: str) -> int:
+    """Switch every :class:`MultiHeadAttention` in ``model`` to
+    ``kernel`` (``"plain"``, ``"fused"`` or ``"chunked"``); returns how
+    many modules were switched."""
+    check_kernel(kernel)
     modules = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
     for module in modules:
-        module.fused = fused
+        module.kernel = kernel
     return len(modules)

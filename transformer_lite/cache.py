@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-__all__ = ["DecoderCache", "KVCache", "LayerCache"]
+__all__ = ["DecoderCache", "KVCache", "LayerCache", "StackCache"]
 
 
 @dataclass
@@ -96,3 +96,22 @@ class DecoderCache:
         for layer in self.layers:
             layer.self_attn.select(index)
             layer.cross_attn.select(index)
+
+
+@dataclass
+class StackCache:
+    """The self-attention caches of a decoder-only stack (the language
+    model, chapter 10): one :class:`KVCache` per block, and how many
+    positions they hold. No source, so no cross-attention half."""
+
+    layers: list[KVCache]
+    length: int = 0
+
+    @classmethod
+    def empty(cls, n_layers: int) -> "StackCache":
+        return cls([KVCache() for _ in range(n_layers)])
+
+    def select(self, index: Tensor) -> None:
+        """Reorder or subset the batch of every block's cache."""
+        for layer in self.layers:
+            layer.select(index)

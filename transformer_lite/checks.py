@@ -12,7 +12,7 @@ import numbers
 
 import torch
 
-__all__ = ["check_bool", "check_int", "check_real"]
+__all__ = ["check_bool", "check_heads", "check_int", "check_real"]
 
 # A torch.SymInt stands for an int while torch.compile traces a graph.
 INTEGERS = (numbers.Integral, torch.SymInt)
@@ -78,3 +78,12 @@ def check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}")
     return value
+
+
+def check_heads(d_model: int, n_heads: int) -> None:
+    """Raise a ``ValueError`` unless ``d_model`` splits into ``n_heads``
+    heads of equal width (both already checked as positive ints)."""
+    if d_model % n_heads:
+        raise ValueError(
+            f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
+        )

@@ -18,13 +18,9 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from transformer_lite.attention import (
-    _check_qkv,
-    full_precision,
-    score_dtype,
-)
 from transformer_lite.checks import check_int
 from transformer_lite.masks import check_mask
+from transformer_lite.scores import check_qkv, full_precision, scaled_query
 
 __all__ = ["chunked_attention"]
 
@@ -94,7 +90,7 @@ def chunked_attention(
         output: (..., Lq, Dv). Working memory: O(Lq * chunk_size), or
         O(query_chunk_size * chunk_size) with query blocks.
     """
-    _check_qkv(query, key, value)
+    check_qkv(query, key, value)
     for name, size in (
         ("chunk_size", chunk_size),
         ("query_chunk_size", query_chunk_size),
@@ -181,12 +177,12 @@ def _online_softmax(
     chunk: int,
     bias: Callable[[int, int], Tensor] | None,
 ) -> Tensor:
-    Lq, d_k, Dv = q.size(-2), q.size(-1), value.size(-1)
+    Lq, Dv = q.size(-2), value.size(-1)
     batch = torch.broadcast_shapes(
         q.shape[:-2], key.shape[:-2], value.shape[:-2]
     )
-    acc = score_dtype(q.dtype)  # float32 or float64
-    q = q.to(acc) / math.sqrt(d_k)  # scaled before the products
+    q = scaled_query(q)  # Q / sqrt(d_k), float32 or float64
+    acc = q.dtype
     m = q.new_full(batch + (Lq, 1), -math.inf, dtype=acc)  # (..., Lq, 1)
     ell = q.new_zeros(batch + (Lq, 1), dtype=acc)  # (..., Lq, 1)
     o = q.new_zeros(batch + (Lq, Dv), dtype=acc)  # (..., Lq, Dv)

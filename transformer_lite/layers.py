@@ -23,9 +23,35 @@ from transformer_lite.attention import MultiHeadAttention
 from transformer_lite.cache import DecoderCache, KVCache, LayerCache
 from transformer_lite.positional import RelativePosition
 
-__all__ = ["Decoder", "DecoderLayer", "Encoder", "EncoderLayer", "FeedForward"]
+__all__ = [
+    "Decoder",
+    "DecoderLayer",
+    "Encoder",
+    "EncoderLayer",
+    "FeedForward",
+    "glorot_init",
+]
 
 LAYER_NORM_EPS = 1e-5  # as nn.LayerNorm and nn.TransformerEncoderLayer
+
+
+def glorot_init(model: nn.Module, keep: Sequence[str] = ()) -> None:
+    """The start of every model of the book: Glorot-uniform for every
+    matrix, zero for every bias, LayerNorm weights left at one.
+
+    ``keep``: the names of the modules or parameters that keep their
+    own start, such as position tables or a class token. The parameters
+    are visited in ``named_parameters`` order, so a seed gives one model.
+    """
+    kept = set(keep)
+    below = tuple(f"{name}." for name in keep)
+    for name, p in model.named_parameters():
+        if name in kept or name.startswith(below):
+            continue
+        if p.dim() > 1:
+            nn.init.xavier_uniform_(p)
+        elif name.endswith("bias"):
+            nn.init.zeros_(p)
 
 
 class FeedForward(nn.Module):
@@ -65,11 +91,12 @@ class EncoderLayer(nn.Module):
 
     The same layer under a causal mask (``is_causal=True``) is the block
     of a decoder-only language model (chapter 10), which also passes a
-    key/value ``cache`` when generating, or a segment ``memory``.
+    key/value ``cache`` when generating, or Transformer-XL's ``segment``
+    of earlier hidden states.
 
     Shape:
         x: (B, S, C); mask: (B, 1, S) or (B, S, S); output: (B, S, C).
-        With a memory of M positions, mask: (B, 1 or S, M + S).
+        With a segment of M positions, mask: (B, 1 or S, M + S).
     """
 
     def __init__(
@@ -97,11 +124,11 @@ class EncoderLayer(nn.Module):
         self,
         x: Tensor,
         mask: Tensor | None,
-        memory: Tensor | None = None,
+        segment: Tensor | None = None,
         cache: KVCache | None = None,
         is_causal: bool = False,
     ) -> Tensor:
-        kv = x if memory is None else torch.cat([memory, x], dim=1)
+        kv = x if segment is None else torch.cat([segment, x], dim=1)
         # kv: (B, M + L, C), the positions x attends to
         y = self.self_attn(x, kv, kv, mask, cache, is_causal=is_causal)
         return self.dropout1(y)
@@ -114,22 +141,24 @@ class EncoderLayer(nn.Module):
         x: Tensor,
         mask: Tensor | None = None,
         *,
-        memory: Tensor | None = None,
+        segment: Tensor | None = None,
         cache: KVCache | None = None,
         is_causal: bool = False,
     ) -> Tensor:
-        """``memory``: the previous segment's inputs to this layer
-        (Transformer-XL), attended before ``x``; ``cache``: the keys and
-        values of earlier positions (generation); ``is_causal``: see
-        :meth:`MultiHeadAttention.forward`."""
-        if memory is not None and cache is not None:
-            raise ValueError("pass a segment memory or a cache, not both")
+        """``segment``: the previous segment's inputs to this layer
+        (Transformer-XL's memory), attended before ``x``; ``cache``: the
+        keys and values of earlier positions (generation); ``is_causal``:
+        see :meth:`MultiHeadAttention.forward`."""
+        if segment is not None and cache is not None:
+            raise ValueError("pass a segment or a cache, not both")
         if self.norm_first:
-            m = None if memory is None else self.norm1(memory)
+            m = None if segment is None else self.norm1(segment)
             x = x + self._attend(self.norm1(x), mask, m, cache, is_causal)
             x = x + self._feed(self.norm2(x))
         else:
-            x = self.norm1(x + self._attend(x, mask, memory, cache, is_causal))
+            x = self.norm1(
+                x + self._attend(x, mask, segment, cache, is_causal)
+            )
             x = self.norm2(x + self._feed(x))
         return x
 

@@ -2,7 +2,8 @@
 
 ``make_model(src_vocab, tgt_vocab)`` builds the paper's base model; a
 :class:`TransformerConfig` names every choice, among them where positions
-enter the model (``position``, one of :data:`POSITIONS`; chapter 9).
+enter the model (``position``: a scheme of
+:mod:`transformer_lite.schemes`; chapter 9).
 """
 
 import math
@@ -13,63 +14,27 @@ from torch import Tensor, nn
 
 from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_bool, check_int, check_real
-from transformer_lite.layers import Decoder, Encoder
+from transformer_lite.layers import Decoder, Encoder, glorot_init
 from transformer_lite.masks import padding_mask, target_mask
 from transformer_lite.positional import (
     LearnedPositionalEmbedding,
-    NoPositionalEncoding,
     RelativePosition,
-    SinusoidalPositionalEncoding,
 )
-from transformer_lite.relative import (
-    ALiBiBias,
-    ShawRelativeKeys,
-    T5RelativeBias,
+from transformer_lite.schemes import (
+    absolute_positions,
+    check_widths,
+    relative_positions,
+    scheme,
 )
-from transformer_lite.rotary import RotaryEmbedding
 from transformer_lite.tokens import check_ids_here, check_token_tensor
 
 __all__ = [
-    "POSITIONS",
     "ModelBasics",
     "TextDecoding",
     "Transformer",
     "TransformerConfig",
-    "absolute_positions",
-    "check_widths",
     "make_model",
-    "relative_positions",
 ]
-
-# Where positions enter the model. Absolute: added to the embeddings
-# ("none": nothing is added). Relative: inside every self-attention.
-ABSOLUTE = ("sinusoidal", "learned", "none")
-RELATIVE = ("rope", "alibi", "t5", "shaw")
-POSITIONS = ABSOLUTE + RELATIVE
-T5_BUCKETS, T5_DISTANCE = 32, 128  # T5's buckets and max_distance
-SHAW_DISTANCE = 16  # Shaw et al.'s clipping distance k
-
-
-def check_widths(d_model: int, n_heads: int, position: str) -> None:
-    """Raise a ``ValueError`` unless ``position`` is one of
-    :data:`POSITIONS` and ``d_model`` splits into ``n_heads`` heads (and
-    is even, for the sinusoidal table; with RoPE, each head is even)."""
-    if position not in POSITIONS:
-        choices = ", ".join(POSITIONS)
-        raise ValueError(
-            f"position must be one of {choices}; got {position!r}"
-        )
-    if d_model % n_heads:
-        raise ValueError(
-            f"d_model ({d_model}) must be divisible by n_heads ({n_heads})"
-        )
-    if d_model % 2:
-        raise ValueError(f"d_model must be even, got {d_model}")
-    if position == "rope" and (d_model // n_heads) % 2:
-        raise ValueError(
-            "position='rope' rotates pairs: the head size d_model / "
-            f"n_heads must be even, got {d_model // n_heads}"
-        )
 
 
 @dataclass
@@ -90,7 +55,7 @@ class TransformerConfig:
     tie_embeddings: bool = False  # share src/tgt embeddings and the output
     max_len: int = 5000  # longest sequence (the size of a position table)
     pad_id: int = 0  # the padding token id, the same in both vocabularies
-    position: str = "sinusoidal"  # where positions enter: see POSITIONS
+    position: str = "sinusoidal"  # where positions enter: schemes.POSITIONS
 
     def __post_init__(self) -> None:
         for name in (
@@ -137,50 +102,9 @@ class TransformerConfig:
         generator = self.tgt_vocab * d + self.tgt_vocab
         if self.tie_embeddings:  # one matrix serves all three
             embeddings, generator = self.src_vocab * d, self.tgt_vocab
-        positions = {  # the schemes that learn something
-            "learned": self.max_len * d,  # one table for both stacks
-            "t5": 2 * T5_BUCKETS * self.n_heads,  # one table per stack
-            "shaw": 2 * N * (2 * SHAW_DISTANCE + 1) * (d // self.n_heads),
-        }.get(self.position, 0)
+        positions = scheme(self.position).parameters(self, stacks=2)
         layers = encoder + decoder + final_norms
         return layers + embeddings + generator + positions
-
-
-def absolute_positions(config: TransformerConfig) -> nn.Module:
-    """The module that adds positions to the embeddings (and applies
-    dropout): the sinusoidal table, a learned one, or nothing."""
-    c = config
-    kind = {
-        "sinusoidal": SinusoidalPositionalEncoding,
-        "learned": LearnedPositionalEmbedding,
-    }.get(c.position, NoPositionalEncoding)
-    return kind(c.d_model, c.dropout, c.max_len)
-
-
-def relative_positions(
-    config: TransformerConfig, *, causal: bool
-) -> list[RelativePosition | None]:
-    """One relative scheme per layer of a stack, for its self-attention
-    (``causal``: the decoder's), or ``None`` per layer for an absolute
-    scheme. RoPE, ALiBi and T5 share one module within a stack; Shaw's
-    tables are one per layer, as in the paper."""
-    c = config
-    d_k, n = c.d_model // c.n_heads, c.n_layers
-    if c.position == "rope":
-        return [RotaryEmbedding(d_k)] * n
-    if c.position == "alibi":
-        return [ALiBiBias(c.n_heads)] * n
-    if c.position == "t5":
-        table = T5RelativeBias(
-            c.n_heads,
-            bidirectional=not causal,
-            n_buckets=T5_BUCKETS,
-            max_distance=T5_DISTANCE,
-        )
-        return [table] * n
-    if c.position == "shaw":
-        return [ShawRelativeKeys(d_k, SHAW_DISTANCE) for _ in range(n)]
-    return [None] * n
 
 
 class ModelBasics:
@@ -293,21 +217,11 @@ class Transformer(TextDecoding, nn.Module):
             self.generator.weight = self.src_embed.weight
 
     def _init_parameters(self) -> None:
-        """Glorot-uniform for every matrix, zero for biases; LayerNorm
-        weights stay at one; position tables keep their own start."""
-        own = {
-            id(p)
-            for m in self.modules()
-            if isinstance(m, RelativePosition | LearnedPositionalEmbedding)
-            for p in m.parameters()
-        }
-        for name, p in self.named_parameters():
-            if id(p) in own:
-                continue
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        """:func:`~transformer_lite.layers.glorot_init`; position tables
+        keep their own start."""
+        tables = RelativePosition | LearnedPositionalEmbedding
+        glorot_init(self, [n for n, m in self.named_modules()
+                           if isinstance(m, tables)])  # fmt: skip
 
     def embed(
         self, tokens: Tensor, embedding: nn.Embedding, offset: int = 0

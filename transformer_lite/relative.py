@@ -27,9 +27,9 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer_lite.attention import full_precision, score_dtype
 from transformer_lite.checks import check_bool, check_int
 from transformer_lite.positional import RelativePosition
+from transformer_lite.scores import full_precision, scaled_query, score_dtype
 
 __all__ = [
     "ALiBiBias",
@@ -243,7 +243,7 @@ class ShawRelativeKeys(RelativePosition):
     ) -> Tensor:
         row = self.clipped(query_positions, key_positions)  # (Lq, Lk)
         with full_precision(query.device):
-            q = query.to(score_dtype(query.dtype)) / math.sqrt(self.d_k)
+            q = scaled_query(query)  # Q / sqrt(d_k)
             a = self.table.weight.to(q.dtype)  # (2k + 1, D)
             per_offset = q @ a.transpose(0, 1)  # (B, H, Lq, 2k + 1)
         row = row.expand(*per_offset.shape[:-1], row.size(-1))

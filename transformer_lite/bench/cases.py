@@ -17,7 +17,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lite.attention import (
     scaled_dot_product_attention,
-    set_fused_attention,
+    set_attention_kernel,
 )
 from transformer_lite.bench.fixtures import (
     Sizes,
@@ -141,7 +141,7 @@ def bench_training(
         model.to(device)
         same = plain if name.startswith("ours") else models["nn.Transformer"]
         model.load_state_dict(same.state_dict())
-    set_fused_attention(models["ours (fused)"], True)
+    set_attention_kernel(models["ours (fused)"], "fused")
     counts = {
         name: sum(p.numel() for p in m.parameters())
         for name, m in models.items()

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from transformer_lite.layers import glorot_init
 from transformer_lite.masks import causal_mask, to_torch_attn_mask
 from transformer_lite.model import Transformer, make_model
 from transformer_lite.positional import SinusoidalPositionalEncoding
@@ -136,11 +137,7 @@ class TorchReference(nn.Module):
             custom_encoder=encoder, custom_decoder=decoder, **layer
         )
         self.generator = nn.Linear(s.d_model, s.vocab)
-        for name, p in self.named_parameters():
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        glorot_init(self)
 
     def embed(self, tokens: Tensor, embedding: nn.Embedding) -> Tensor:
         x = embedding(tokens) * math.sqrt(self.d_model)  # (B, L, C)

@@ -12,22 +12,22 @@ from dataclasses import asdict, dataclass
 
 from torch import Tensor, nn
 
-from transformer_lite.attention import set_fused_attention
-from transformer_lite.cache import DecoderCache
+from transformer_lite.attention import check_kernel, set_attention_kernel
+from transformer_lite.cache import StackCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
 from transformer_lite.lm.memory import SegmentMemory
-from transformer_lite.model import (
-    ModelBasics,
+from transformer_lite.model import ModelBasics
+from transformer_lite.schemes import (
+    POSITIONS,
     absolute_positions,
     check_widths,
     relative_positions,
+    scheme,
 )
 from transformer_lite.tokens import check_ids_here, check_token_tensor
 
 __all__ = ["LMConfig", "LanguageModel", "make_lm"]
-
-TABLES = ("sinusoidal", "learned")  # absolute: a memory cannot use them
 
 
 @dataclass
@@ -45,17 +45,18 @@ class LMConfig:
     dropout: float = 0.1  # one rate for every dropout
     norm_first: bool = True  # pre-LN (GPT-2 and later); False: post-LN
     tie_embeddings: bool = True  # the output layer reuses the embedding
-    position: str = "rope"  # where positions enter: model.POSITIONS
+    position: str = "rope"  # where positions enter: schemes.POSITIONS
     max_len: int = 4096  # longest sequence the positions cover
-    fused: bool = True  # F.scaled_dot_product_attention, is_causal=True
+    kernel: str = "fused"  # attention.KERNELS; fused: is_causal=True
 
     def __post_init__(self) -> None:
         for name in ("vocab", "n_layers", "d_model", "d_ff", "n_heads"):
             check_int(name, getattr(self, name), low=1)
         check_int("max_len", self.max_len, low=1)
         check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        for name in ("norm_first", "tie_embeddings", "fused"):
+        for name in ("norm_first", "tie_embeddings"):
             check_bool(name, getattr(self, name))
+        check_kernel(self.kernel)
         check_widths(self.d_model, self.n_heads, self.position)
 
     def to_dict(self) -> dict:
@@ -99,13 +100,13 @@ class LanguageModel(ModelBasics, nn.Module):
         self.generator = nn.Linear(c.d_model, c.vocab)
         if c.tie_embeddings:
             self.generator.weight = self.embed.weight
-        set_fused_attention(self, c.fused)
+        set_attention_kernel(self, c.kernel)
 
     def forward(
         self,
         tokens: Tensor,
         *,
-        cache: DecoderCache | None = None,
+        cache: StackCache | None = None,
         memory: SegmentMemory | None = None,
     ) -> Tensor:
         """Next-token logits for every position of ``tokens``.
@@ -126,12 +127,13 @@ class LanguageModel(ModelBasics, nn.Module):
         check_ids_here(tokens, self.config.vocab, "tokens", self.check_ids)
         if cache is not None and memory is not None:
             raise ValueError("pass a cache or a segment memory, not both")
-        if memory is not None and self.config.position in TABLES:
+        if memory is not None and scheme(self.config.position).table:
+            others = ", ".join(p for p in POSITIONS if not scheme(p).table)
             raise ValueError(
                 "a segment memory needs relative positions (or none): its "
                 "tokens were seen at other offsets than the segment's; "
-                f"build the model with position='rope', 'alibi', 't5', "
-                f"'shaw' or 'none', not {self.config.position!r}"
+                f"build the model with position in {others}, not "
+                f"{self.config.position!r}"
             )
         offset = 0 if cache is None else cache.length
         x = self.embed(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
@@ -150,8 +152,8 @@ class LanguageModel(ModelBasics, nn.Module):
             inputs.append(x)
             x = layer(
                 x,
-                memory=None if memory is None else memory.layer(i),
-                cache=None if cache is None else cache.layers[i].self_attn,
+                segment=None if memory is None else memory.layer(i),
+                cache=None if cache is None else cache.layers[i],
                 is_causal=True,
             )  # (B, L, C)
         if cache is not None:
@@ -160,10 +162,10 @@ class LanguageModel(ModelBasics, nn.Module):
             memory.update(inputs)
         return self.generator(self.norm(x))  # (B, L, V)
 
-    def new_cache(self) -> DecoderCache:
-        """An empty key/value cache for generation (chapters 8 and 10);
-        only the self-attention half of each layer's cache is used."""
-        return DecoderCache.empty(self.config.n_layers)
+    def new_cache(self) -> StackCache:
+        """An empty key/value cache for generation (chapters 8 and 10):
+        one self-attention cache per block."""
+        return StackCache.empty(self.config.n_layers)
 
     def new_memory(self, mem_len: int) -> SegmentMemory:
         """An empty Transformer-XL memory of ``mem_len`` positions."""

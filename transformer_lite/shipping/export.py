@@ -33,7 +33,8 @@ from torch.export import Dim, ExportedProgram
 
 from transformer_lite.cache import DecoderCache
 from transformer_lite.extras import require
-from transformer_lite.model import Transformer, TransformerConfig, check_widths
+from transformer_lite.model import Transformer, TransformerConfig
+from transformer_lite.schemes import POSITIONS, check_widths, scheme
 from transformer_lite.tokens import BOS_ID
 from transformer_lite.training.checkpoint import write_atomically
 
@@ -63,10 +64,11 @@ def _check_model(model: nn.Module) -> Transformer:
             f"model must be a Transformer, got {type(model).__name__}"
         )
     c = model.config
-    if c.position not in ("sinusoidal", "learned", "none"):
+    if not scheme(c.position).exportable:
+        takes = ", ".join(p for p in POSITIONS if scheme(p).exportable)
         raise ValueError(
-            "export supports absolute positions (sinusoidal, learned, "
-            f"none), got position={c.position!r}"
+            f"export supports absolute positions ({takes}), got "
+            f"position={c.position!r}"
         )
     check_widths(c.d_model, c.n_heads, c.position)
     return model

@@ -34,7 +34,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from transformer_lite.model import ABSOLUTE, Transformer, TransformerConfig
+from transformer_lite.model import Transformer, TransformerConfig
+from transformer_lite.schemes import scheme
 
 __all__ = [
     "compare_worker",
@@ -79,7 +80,7 @@ def _check_split(model: Transformer, mesh: DeviceMesh) -> None:
             f"{n} processes must divide n_heads ({c.n_heads}) and d_ff "
             f"({c.d_ff})"
         )
-    if c.position not in ABSOLUTE:
+    if not scheme(c.position).absolute:
         raise ValueError(
             "tensor parallelism here splits heads of absolute-position "
             f"models; got position={c.position!r}"

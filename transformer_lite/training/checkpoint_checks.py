@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from transformer_lite.model import Transformer, TransformerConfig
+from transformer_lite.schemes import scheme
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -142,9 +143,7 @@ def built_elements(config: TransformerConfig) -> int:
     checkpoint stores: the sinusoidal positional table (max_len x
     d_model, computed in float64 on building). Every other position
     scheme stores what it has, or has nothing of length max_len."""
-    if config.position == "sinusoidal":
-        return config.max_len * config.d_model
-    return 0
+    return scheme(config.position).built(config.d_model, config.max_len)
 
 
 def check_size(

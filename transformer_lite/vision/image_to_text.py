@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import Tensor, nn
 
-from transformer_lite.checks import check_int, check_real
-from transformer_lite.layers import Decoder
+from transformer_lite.checks import check_heads, check_int, check_real
+from transformer_lite.layers import Decoder, glorot_init
 from transformer_lite.model import TextDecoding
 from transformer_lite.positional import SinusoidalPositionalEncoding
 from transformer_lite.tokens import PAD_ID
@@ -60,11 +60,7 @@ class ImageToTextConfig:
         if self.window is not None:
             self.window = _pair("window", self.window)
             window_mask(self.vision.grid, self.window)  # tiles the grid?
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by n_heads "
-                f"({self.n_heads})"
-            )
+        check_heads(self.d_model, self.n_heads)
 
     @property
     def d_model(self) -> int:
@@ -131,13 +127,8 @@ class ImageToText(TextDecoding, nn.Module):
             c.vision.norm_first,
         )
         self.generator = nn.Linear(c.d_model, c.tgt_vocab)
-        for name, p in self.named_parameters():
-            if name.startswith(("encoder.", "memory_", "window_")):
-                continue  # initialised by the ViT, or their own
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        # the encoder is initialised by the ViT; the rest keep their own
+        glorot_init(self, ["encoder", "memory_positions", "window_positions"])
 
     @classmethod
     def from_vit(

@@ -11,8 +11,13 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import Tensor, nn
 
-from transformer_lite.checks import check_bool, check_int, check_real
-from transformer_lite.layers import Encoder
+from transformer_lite.checks import (
+    check_bool,
+    check_heads,
+    check_int,
+    check_real,
+)
+from transformer_lite.layers import Encoder, glorot_init
 from transformer_lite.model import ModelBasics
 from transformer_lite.vision.patches import (
     POSITION_KINDS,
@@ -60,11 +65,7 @@ class ViTConfig:
                 f"position must be one of {POSITION_KINDS}, got "
                 f"{self.position!r}"
             )
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by n_heads "
-                f"({self.n_heads})"
-            )
+        check_heads(self.d_model, self.n_heads)
 
     @property
     def grid(self) -> tuple[int, int]:
@@ -98,13 +99,7 @@ class VisionTransformer(ModelBasics, nn.Module):
             c.n_layers, c.d_model, c.n_heads, c.d_ff, c.dropout, c.norm_first
         )
         self.head = nn.Linear(c.d_model, c.n_classes) if c.n_classes else None
-        for name, p in self.named_parameters():
-            if name.startswith(("positions.", "class_token")):
-                continue  # they keep their own start
-            if p.dim() > 1:
-                nn.init.xavier_uniform_(p)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
+        glorot_init(self, ["positions", "class_token"])  # keep their own
 
     def features(
         self,

@@ -1,8 +1,11 @@
-"""Low precision (chapters 1, 2 and 8): every attention path scales
-before the product, so whatever PyTorch's fused kernel computes in
-float16 or bfloat16 ours computes too, finite and equal within the
-dtype's tolerance. A property test over shapes, dtypes, scales and masks.
-"""
+"""Tests for transformer_lite.scores (chapters 1, 2 and 8): the precision
+rules every attention path shares, Q scaled by 1 / sqrt(d_k) before the
+product and the scores computed in float32 for 16-bit inputs, checked
+through every path (plain, chunked, fused and the cached
+MultiHeadAttention) against PyTorch's fused kernel: whatever it computes
+in float16 or bfloat16 ours computes too, finite and equal within the
+dtype's tolerance. A property test over shapes, dtypes, scales and
+masks."""
 
 import math
 
