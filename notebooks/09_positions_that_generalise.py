@@ -888,9 +888,10 @@ for k in range(N_SEEDS):
 # the other. (The thread count changed nothing here: the chapter trains
 # on one thread whatever the machine has.) A claim that survives seven
 # models under three kernels survives this too; one that needs a single
-# run to land exactly does not. The order among the relative schemes is a matter of seed and of
-# this task, and we do not assert it; what follows are the tendencies of
-# our runs, with the explanations we believe but have not measured.
+# run to land exactly does not. The order among the relative schemes is a
+# matter of seed and of this task, and we do not assert it; what follows are
+# the tendencies of our runs, with the explanations we believe but have not
+# measured.
 # Shaw's clipped keys were the most robust at $4L$, as one would expect:
 # offsets beyond 16 all look like 16, which training did reach, so a long
 # sequence shows it nothing new. RoPE was near perfect at $2L$ but lost

@@ -402,10 +402,10 @@ assert vit_log["seconds"] > cnn_log["seconds"]
 # to fixed pixels, and a stroke one pixel over lands on other weights.
 # The ViT (95.3% to 98.2%) and the CNN (95.1% to 97.6%) barely notice;
 # both were trained on shifted digits, and both read a patch or a
-# neighbourhood with the same weights wherever it is. The CNN is as good
-# as the ViT, to within a point or two either way, with a tenth of the
-# epochs: on 1,347 images, the ViT's generality buys little. What the table hides is the cost. The
-# curves below show each network's test accuracy as training goes on:
+# neighbourhood with the same weights wherever it is. The CNN is as good as the
+# ViT, to within a point or two either way, with a tenth of the epochs: on
+# 1,347 images, the ViT's generality buys little. What the table hides is the
+# cost. The curves below show each network's test accuracy as training goes on:
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3.6))
