@@ -73,7 +73,6 @@ from transformer_lite.decoding import (
     beam_search,
     exact_match,
     greedy_decode,
-    source_mask,
 )
 from transformer_lite.device import book_seed, evaluating
 from transformer_lite.tasks.digits import (
@@ -612,8 +611,8 @@ for p in reader.encoder.parameters():
 print(f"image-to-text parameters: {reader.count_parameters():,} trained, "
       f"{n_parameters(reader.encoder):,} frozen in the encoder")
 print(f"memory mask of two test images: "
-      f"{tuple(source_mask(reader, test_images[:2]).shape)}, all True: "
-      f"{bool(source_mask(reader, test_images[:2]).all())}")
+      f"{tuple(reader.source_mask(test_images[:2]).shape)}, all True: "
+      f"{bool(reader.source_mask(test_images[:2]).all())}")
 
 # %% [markdown]
 # Training is chapter 6's: teacher forcing, the decoder reads BOS and

@@ -27,7 +27,8 @@ V = 7
 class MarkovModel(nn.Module):
     """A stub whose next-token distribution depends only on the last
     token: P(next | last) = ``table[last]``. It speaks the decoding
-    interface (encode, decode with a cache, new_cache, generator)."""
+    protocol (``decoding.Seq2Seq``: source_mask, encode, decode with a
+    cache, logits, new_cache) and nothing more."""
 
     def __init__(self, table: dict[int, dict[int, float]]) -> None:
         super().__init__()
@@ -49,6 +50,9 @@ class MarkovModel(nn.Module):
         self.register_buffer("log_p", log_p)  # (V, V)
         self.weight = nn.Parameter(torch.zeros(()))  # gives it a device
 
+    def source_mask(self, src: Tensor) -> Tensor:
+        return padding_mask(src, PAD)  # (B, 1, S)
+
     def encode(self, src: Tensor, src_mask: Tensor) -> Tensor:
         return torch.zeros(src.size(0), 1, 1, dtype=torch.float64)
 
@@ -58,7 +62,7 @@ class MarkovModel(nn.Module):
     def decode(self, memory, src_mask, tgt, tgt_mask=None, cache=None):
         return nn.functional.one_hot(tgt, V).double()  # (B, T, V)
 
-    def generator(self, hidden: Tensor) -> Tensor:
+    def logits(self, hidden: Tensor) -> Tensor:
         return self.log_p[hidden.argmax(-1)]  # (B, V): log P(. | last)
 
     def log_prob(self, ys: Tensor) -> float:

@@ -35,12 +35,17 @@ class ScriptedModel(nn.Module):
             pad_id=PAD,
         )
         self.script = torch.tensor(script)  # (rows, steps)
-        self.generator = nn.Identity()
         self.weight = nn.Parameter(torch.zeros(()))  # gives it a device
         self.calls = []
 
     def _record(self, name: str) -> None:
         self.calls.append((name, self.training, torch.is_grad_enabled()))
+
+    def source_mask(self, src):
+        return padding_mask(src, PAD)  # (B, 1, S)
+
+    def logits(self, hidden):
+        return hidden  # decode's output is already the scores
 
     def encode(self, src, src_mask):
         self._record("encode")

@@ -12,7 +12,7 @@ from conftest import TINY_VIT, tiny_vit
 from torch import nn
 
 from transformer_lite import make_model
-from transformer_lite.decoding import beam_search, greedy_decode, source_mask
+from transformer_lite.decoding import beam_search, greedy_decode
 from transformer_lite.model import Transformer
 from transformer_lite.tasks.digits import (
     DIGIT_SIZE,
@@ -204,7 +204,7 @@ def test_greedy_and_beam_decode_images_with_and_without_the_cache():
 def test_decoding_asks_the_model_for_its_memory_mask():
     model = image_to_text()
     images = torch.rand(2, 1, 8, 24)
-    assert source_mask(model, images).shape == (2, 1, 48)
+    assert model.source_mask(images).shape == (2, 1, 48)
     options = dict(max_len=4, bos_id=BOS_ID)
     with pytest.raises(ValueError, match=r"images must have shape"):
         greedy_decode(model, torch.rand(2, 1, 8, 8), **options)
@@ -213,7 +213,9 @@ def test_decoding_asks_the_model_for_its_memory_mask():
         greedy_decode(model, images, src_mask=wrong, **options)
     text = make_model(7, 7, n_layers=1, d_model=8, d_ff=16, n_heads=2)
     src = torch.tensor([[3, 4, PAD_ID]])
-    assert source_mask(text, src).tolist() == [[[True, True, False]]]
+    assert text.source_mask(src).tolist() == [[[True, True, False]]]
+    with pytest.raises(ValueError, match=r"src must be a \(B, S\) tensor"):
+        text.source_mask(torch.rand(1, 1, 8, 8))
 
 
 def test_from_vit_starts_from_the_vits_weights():

@@ -3,6 +3,8 @@
 ``use_cache=True``, in chapter 8).
 """
 
+from typing import Any, Protocol
+
 import torch
 from torch import Tensor, nn
 
@@ -10,14 +12,13 @@ from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.device import eval_twin, module_device
 from transformer_lite.masks import padding_mask
-from transformer_lite.tokens import check_token_ids, check_token_tensor
 
 __all__ = [
     "beam_search",
     "exact_match",
     "gnmt_length_penalty",
     "greedy_decode",
-    "source_mask",
+    "Seq2Seq",
 ]
 
 
@@ -51,31 +52,39 @@ def _check_inputs(
         _check_id(eos_id, "eos_id", model.config.tgt_vocab)
 
 
-def source_mask(model: nn.Module, src: Tensor) -> Tensor:
-    """The mask over the memory that ``model`` makes of ``src``: True
-    where the decoder may attend.
+class Seq2Seq(Protocol):
+    """What decoding asks of a model: the :class:`~transformer_lite.model.
+    Transformer`, chapter 11's image reader and the exported graphs of
+    chapter 12 each answer it, and decoding touches nothing else.
 
-    A model that reads something other than token ids (an image, chapter
-    11) says so with its own ``source_mask(src)`` method, which also
-    checks ``src``; for any other model ``src`` must be (B, S) token ids
-    and the mask is their :func:`~transformer_lite.masks.padding_mask`.
-
-    Shape:
-        src: (B, S) token ids, or what ``model.source_mask`` takes;
-        output: (B, 1, S), S the memory's length.
+    ``config`` holds ``tgt_vocab``, ``pad_id`` and ``max_len``.
     """
-    own = getattr(model, "source_mask", None)
-    if own is not None:
-        return own(src)
-    if not isinstance(src, Tensor) or src.dim() != 2:
-        shape = tuple(src.shape) if isinstance(src, Tensor) else type(src)
-        raise ValueError(
-            f"src must be a (B, S) tensor of token ids, got shape {shape}"
-        )
-    check_token_tensor(src, "src")
-    if src.device.type == "cpu":  # reading ids on the CPU costs no sync
-        check_token_ids(src, model.config.src_vocab, "src")
-    return padding_mask(src, model.config.pad_id)  # (B, 1, S)
+
+    config: Any
+
+    def source_mask(self, src: Any) -> Tensor:
+        """The mask over the memory (B, 1, S) the model makes of ``src``
+        (checked): True where the decoder may attend."""
+
+    def encode(self, src: Any, src_mask: Tensor | None = None) -> Tensor:
+        """``src`` -> memory (B, S, C)."""
+
+    def decode(
+        self,
+        memory: Tensor,
+        src_mask: Tensor,
+        tgt: Tensor,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Target ids (B, T) over the memory -> hidden states (B, T, C);
+        with a ``cache``, ``tgt`` holds only the new positions."""
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Hidden states (..., C) -> next-token scores (..., V)."""
+
+    def new_cache(self) -> DecoderCache:
+        """An empty key/value cache for one source."""
 
 
 def _source(
@@ -83,7 +92,7 @@ def _source(
 ) -> tuple[Tensor, Tensor]:
     """``src`` and its mask (the model's own unless one is given, which
     must have the same shape), both on the model's device."""
-    expected = source_mask(model, src)  # (B, 1, S)
+    expected = model.source_mask(src)  # (B, 1, S)
     if src_mask is not None and (
         src_mask.dtype != torch.bool or src_mask.shape != expected.shape
     ):
@@ -108,7 +117,7 @@ def _next_token_logits(
         memory: (B, S, C); src_mask: (B, 1, S); ys: (B, L); output: (B, V).
     """
     hidden = model.decode(memory, src_mask, ys)  # (B, L, C)
-    return model.generator(hidden[:, -1])  # (B, V)
+    return model.logits(hidden[:, -1])  # (B, V)
 
 
 def _cached_next_token_logits(
@@ -130,7 +139,7 @@ def _cached_next_token_logits(
     """
     keys = padding_mask(ys, model.config.pad_id)  # (B, 1, L)
     hidden = model.decode(memory, src_mask, ys[:, -1:], keys, cache)
-    return model.generator(hidden[:, -1])  # (B, V); hidden: (B, 1, C)
+    return model.logits(hidden[:, -1])  # (B, V); hidden: (B, 1, C)
 
 
 def greedy_decode(
@@ -158,12 +167,12 @@ def greedy_decode(
     another trains it.
 
     Args:
-        model: a :class:`~transformer_lite.model.Transformer` (anything
-            with ``encode``, ``decode``, ``generator`` and ``config``).
+        model: a :class:`Seq2Seq`, such as the
+            :class:`~transformer_lite.model.Transformer`.
         src: source token ids, or what the model's own ``source_mask``
             takes (images, chapter 11), moved to the model's device.
-        src_mask: True at the memory positions to attend; None asks
-            :func:`source_mask` (padding from ``model.config.pad_id``).
+        src_mask: True at the memory positions to attend; None asks the
+            model's ``source_mask`` (for a Transformer, the padding).
         max_len: the longest output, ``bos_id`` included.
         bos_id: the first token of every output.
         eos_id: the end token; None always decodes ``max_len`` tokens.
@@ -272,8 +281,7 @@ def beam_search(
     runs without gradients or dropout and never changes the model.
 
     Args:
-        model: a :class:`~transformer_lite.model.Transformer` (``encode``,
-            ``decode`` with a ``cache``, ``new_cache``, ``generator``).
+        model: a :class:`Seq2Seq` (its ``decode`` takes a ``cache``).
         src, src_mask, max_len, bos_id, eos_id: as :func:`greedy_decode`.
         beam_size: k, hypotheses kept per source.
         length_penalty: alpha, a finite number >= 0; 0 ranks by
@@ -325,7 +333,7 @@ def _beam_search(model, src, src_mask, max_len, bos_id, eos_id, k, alpha):
     for _ in range(max_len - 1):
         keys = padding_mask(ys, pad_id)  # (B*k, 1, L), as greedy's cache
         hidden = model.decode(memory, src_mask, ys[:, -1:], keys, cache)
-        logits = model.generator(hidden[:, -1])  # (B*k, V)
+        logits = model.logits(hidden[:, -1])  # (B*k, V)
         dtype = torch.promote_types(logits.dtype, torch.float32)
         step = logits.to(dtype).log_softmax(dim=-1)  # (B*k, V)
         V = step.size(-1)

@@ -175,6 +175,10 @@ class TextDecoding(ModelBasics):
         """An empty key/value cache for incremental decoding (chapter 8)."""
         return DecoderCache.empty(self.config.n_layers)
 
+    def logits(self, hidden: Tensor) -> Tensor:
+        """Hidden states (..., C) -> next-token scores (..., V_tgt)."""
+        return self.generator(hidden)
+
 
 class Transformer(TextDecoding, nn.Module):
     """Encoder-decoder Transformer: embeddings (scaled by sqrt(d_model)) plus
@@ -231,11 +235,22 @@ class Transformer(TextDecoding, nn.Module):
         x = embedding(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
         return self.positional(x, offset)
 
+    def source_mask(self, src: Tensor) -> Tensor:
+        """The mask over the memory: the source's padding, (B, 1, S);
+        ``src`` is checked as (B, S) token ids."""
+        if not isinstance(src, Tensor) or src.dim() != 2:
+            shape = tuple(src.shape) if isinstance(src, Tensor) else type(src)
+            raise ValueError(
+                f"src must be a (B, S) tensor of token ids, got shape {shape}"
+            )
+        self._check_tokens(src, self.config.src_vocab, "src")
+        return padding_mask(src, self.config.pad_id)  # (B, 1, S)
+
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids (B, S) -> memory (B, S, C)."""
         self._check_tokens(src, self.config.src_vocab, "src")
         if src_mask is None:
-            src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
+            src_mask = self.source_mask(src)  # (B, 1, S)
         return self.encoder(self.embed(src, self.src_embed), src_mask)
 
     def embed_target(self, tgt: Tensor, offset: int = 0) -> Tensor:
@@ -255,10 +270,10 @@ class Transformer(TextDecoding, nn.Module):
                 f"{tuple(src.shape)} and {tuple(tgt.shape)}"
             )
         if src_mask is None:
-            src_mask = padding_mask(src, self.config.pad_id)  # (B, 1, S)
+            src_mask = self.source_mask(src)  # (B, 1, S)
         memory = self.encode(src, src_mask)  # (B, S, C)
         hidden = self.decode(memory, src_mask, tgt, tgt_mask)  # (B, T, C)
-        return self.generator(hidden)  # (B, T, V_tgt)
+        return self.logits(hidden)  # (B, T, V_tgt)
 
 
 def make_model(src_vocab: int, tgt_vocab: int, **config_fields) -> Transformer:

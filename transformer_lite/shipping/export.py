@@ -152,7 +152,7 @@ class DecoderStep(nn.Module):
         B, C = token.size(0), model.config.d_model
         memory = cross[0].new_zeros(B, 0, C)
         hidden = model.decode(memory, src_mask, token, tgt_mask, cache)
-        logits = model.generator(hidden[:, -1])  # (B, V)
+        logits = model.logits(hidden[:, -1])  # (B, V)
         grown = []
         for layer in cache.layers:  # (B, H, T, D) each
             grown += [layer.self_attn.key, layer.self_attn.value]

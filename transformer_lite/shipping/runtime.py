@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from transformer_lite.cache import DecoderCache
 from transformer_lite.checks import check_int
 from transformer_lite.extras import require
+from transformer_lite.masks import padding_mask
 from transformer_lite.model import Transformer, TransformerConfig
 from transformer_lite.shipping.export import (
     GRAPHS,
@@ -148,7 +149,7 @@ class GraphTransformer(nn.Module):
 
     ``decode`` needs a cache (``new_cache()``): the exported decoder
     computes one step. Its step ends with the output projection, so
-    ``decode`` returns logits and ``generator`` is the identity.
+    ``decode`` returns logits and :meth:`logits` passes them on.
 
     Shape:
         encode: (B, S) -> (B, S, C); decode: token (B, 1) -> (B, 1, V).
@@ -157,7 +158,6 @@ class GraphTransformer(nn.Module):
     def __init__(self, config: TransformerConfig) -> None:
         super().__init__()
         self.config = config
-        self.generator = nn.Identity()
         self.eval()
 
     def run_graph(self, graph: str, feeds: dict[str, Tensor]) -> list[Tensor]:
@@ -174,6 +174,16 @@ class GraphTransformer(nn.Module):
             raise ValueError(f"{name} is empty: shape {tuple(tokens.shape)}")
         return tokens.long()
 
+    def source_mask(self, src: Tensor) -> Tensor:
+        """The padding of ``src`` (B, S), checked: (B, 1, S), as the
+        exported encoder masks it."""
+        src = self._check_tokens(src, self.config.src_vocab, "src")
+        return padding_mask(src, self.config.pad_id)  # (B, 1, S)
+
+    def logits(self, hidden: Tensor) -> Tensor:
+        """The decoder step's output is already the logits."""
+        return hidden
+
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source ids (B, S) -> memory (B, S, C). The graph builds the
         padding mask itself; another ``src_mask`` is refused."""
@@ -185,7 +195,7 @@ class GraphTransformer(nn.Module):
             )
         (memory,) = self.run_graph("encoder", {"src": src})
         if src_mask is not None:
-            padding = (src != self.config.pad_id).unsqueeze(1)  # (B, 1, S)
+            padding = padding_mask(src, self.config.pad_id)  # (B, 1, S)
             if not torch.equal(src_mask.cpu(), padding.cpu()):
                 raise ValueError(
                     "the exported encoder masks padding only: src_mask "

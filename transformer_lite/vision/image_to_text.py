@@ -193,4 +193,4 @@ class ImageToText(TextDecoding, nn.Module):
         src_mask = self.source_mask(images)  # (B, 1, N)
         memory = self.encode(images)  # (B, N, C)
         hidden = self.decode(memory, src_mask, tgt)  # (B, T, C)
-        return self.generator(hidden)  # (B, T, V)
+        return self.logits(hidden)  # (B, T, V)
