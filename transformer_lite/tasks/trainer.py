@@ -216,6 +216,78 @@ def check_lengths(
                 )
 
 
+def _encoded(
+    pairs: Sequence[tuple[str, str]],
+    src_tok: Tokenizer,
+    tgt_tok: Tokenizer,
+    config: TranslateConfig,
+    name: str,
+) -> tuple[list[list[int]], list[list[int]]]:
+    """The ids of ``pairs``, every one checked against ``max_len``."""
+    src_ids = [src_tok.encode(s) for s, _ in pairs]
+    tgt_ids = [tgt_tok.encode(t) for _, t in pairs]
+    check_lengths(pairs, src_ids, tgt_ids, config.max_len, name)
+    return src_ids, tgt_ids
+
+
+def _model_and_optimizer(config: TranslateConfig, vocabs, device):
+    """The model on its device (wrapped in DDP under torchrun), Adam and
+    the Noam schedule."""
+    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if distributed:
+        device = init_distributed()
+    device = torch.device(device or default_device())
+    model = Transformer(config.model_config(*vocabs)).to(device)
+    replica = model
+    if distributed:
+        ids = None if device.type == "cpu" else [device]
+        replica = nn.parallel.DistributedDataParallel(model, ids)
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9
+    )
+    scheduler = noam_scheduler(
+        optimizer, config.d_model, config.warmup, config.lr_factor
+    )
+    return model, replica, optimizer, scheduler
+
+
+def _run_steps(
+    replica, ids, valid, loss_fn, optimizer, scheduler, config, out_dir,
+    result: TrainResult, bar,
+) -> None:  # fmt: skip
+    """``config.steps`` steps over length-bucketed batches of ``ids``;
+    every ``save_every`` steps the validation loss and, over the last
+    ``keep_last`` of them, a checkpoint (rank 0 only)."""
+    model = result.translator.model
+    generator = torch.Generator().manual_seed(config.seed)
+    first_saved = config.steps - (config.keep_last - 1) * config.save_every
+    main = is_main_process()
+    step = 0
+    while step < config.steps:
+        for batch in bucket_batches(*ids, config.batch_size, generator):
+            if step == config.steps:
+                break
+            if batch.src.size(0) < world()[1]:
+                continue  # too few rows to give every process a share
+            result.lr.append(optimizer.param_groups[0]["lr"])
+            loss = train_step(
+                replica, batch, loss_fn, optimizer, scheduler=scheduler
+            )
+            result.step_loss.append(loss)
+            step += 1
+            bar.update()
+            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
+            if step % config.save_every and step != config.steps:
+                continue
+            if valid is not None:
+                valid_loss = evaluate(model, valid, loss_fn)
+                result.valid_loss.append((step, valid_loss))
+            if step >= first_saved and main:
+                path = out_dir / f"step-{step:06d}.pt"
+                result.translator.save(path, step=step)
+                result.checkpoints.append(path)
+
+
 def train(
     pairs: Sequence[tuple[str, str]],
     config: TranslateConfig,
@@ -254,25 +326,10 @@ def train(
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"out_dir {out_dir} exists and is not a directory")
     src_tok, tgt_tok = tokenizers or train_tokenizers(pairs, config)
-    src_ids = [src_tok.encode(s) for s, _ in pairs]
-    tgt_ids = [tgt_tok.encode(t) for _, t in pairs]
-    check_lengths(pairs, src_ids, tgt_ids, config.max_len, "pairs")
+    src_ids, tgt_ids = _encoded(pairs, src_tok, tgt_tok, config, "pairs")
     out_dir.mkdir(parents=True, exist_ok=True)
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if distributed:
-        device = init_distributed()
-    device = torch.device(device or default_device())
-    vocabs = src_tok.vocab_size, tgt_tok.vocab_size
-    model = Transformer(config.model_config(*vocabs)).to(device)
-    replica = model
-    if distributed:
-        ids = None if device.type == "cpu" else [device]
-        replica = nn.parallel.DistributedDataParallel(model, ids)
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9
-    )
-    scheduler = noam_scheduler(
-        optimizer, config.d_model, config.warmup, config.lr_factor
+    model, replica, optimizer, scheduler = _model_and_optimizer(
+        config, (src_tok.vocab_size, tgt_tok.vocab_size), device
     )
     V, eps = tgt_tok.vocab_size, config.smoothing
     loss_fn = LabelSmoothingLoss(V, PAD_ID, eps, reduction="sum")
@@ -283,46 +340,17 @@ def train(
         )
     valid = None
     if valid_pairs:
-        valid_src = [src_tok.encode(s) for s, _ in valid_pairs]
-        valid_tgt = [tgt_tok.encode(t) for _, t in valid_pairs]
-        check_lengths(
-            valid_pairs, valid_src, valid_tgt, config.max_len, "valid_pairs"
+        valid_ids = _encoded(
+            valid_pairs, src_tok, tgt_tok, config, "valid_pairs"
         )
-        valid = bucket_batches(
-            valid_src, valid_tgt, config.batch_size, config.seed
-        )
+        valid = bucket_batches(*valid_ids, config.batch_size, config.seed)
     result = TrainResult(Translator(model, src_tok, tgt_tok), [])
-    generator = torch.Generator().manual_seed(config.seed)
-    first_saved = config.steps - (config.keep_last - 1) * config.save_every
-    main = is_main_process()
-    bar = progress_bar(config.steps, "train", progress and main)
+    bar = progress_bar(config.steps, "train", progress and is_main_process())
     start, cpu_start = time.perf_counter(), time.process_time()
-    step = 0
-    while step < config.steps:
-        for batch in bucket_batches(
-            src_ids, tgt_ids, config.batch_size, generator
-        ):
-            if step == config.steps:
-                break
-            if batch.src.size(0) < world()[1]:
-                continue  # too few rows to give every process a share
-            result.lr.append(optimizer.param_groups[0]["lr"])
-            loss = train_step(
-                replica, batch, loss_fn, optimizer, scheduler=scheduler
-            )
-            result.step_loss.append(loss)
-            step += 1
-            bar.update()
-            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-            if step % config.save_every and step != config.steps:
-                continue
-            if valid is not None:
-                valid_loss = evaluate(model, valid, loss_fn)
-                result.valid_loss.append((step, valid_loss))
-            if step >= first_saved and main:
-                path = out_dir / f"step-{step:06d}.pt"
-                result.translator.save(path, step=step)
-                result.checkpoints.append(path)
+    _run_steps(
+        replica, (src_ids, tgt_ids), valid, loss_fn, optimizer, scheduler,
+        config, out_dir, result, bar,
+    )  # fmt: skip
     bar.close()
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu_start
