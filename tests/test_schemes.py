@@ -113,8 +113,8 @@ def test_built_and_parameters_count_what_the_model_holds(position):
     model = make_model(11, 11, **SIZES, max_len=40, position=position)
     longer = make_model(11, 11, **SIZES, max_len=80, position=position)
     grown = unstored_elements(longer) - unstored_elements(model)
-    assert s.built(16, 80) - s.built(16, 40) == grown
-    assert s.built(16, 40) <= unstored_elements(model)
+    assert s.elements_built(16, 80) - s.elements_built(16, 40) == grown
+    assert s.elements_built(16, 40) <= unstored_elements(model)
     plain = make_model(11, 11, **SIZES, max_len=40, position="none")
     learned = model.count_parameters() - plain.count_parameters()
     assert s.parameters(model.config, stacks=2) == learned

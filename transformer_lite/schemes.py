@@ -77,12 +77,14 @@ class PositionScheme:
         shared: one module serves every layer of a stack.
         even_heads: the head width d_model / n_heads must be even.
         exportable: the ONNX export of chapter 12 takes it.
-        embedding: the module added to the embeddings (absolute schemes).
+        embedding: the class of the module added to the embeddings
+            (absolute schemes; None for relative ones).
         layers: the modules for a stack's layers (relative schemes).
         learned: parameters per stack, from (d_model, n_heads, n_layers,
-            max_len).
+            max_len); None: it learns nothing.
         built: tensor elements the model builds that no checkpoint
-            stores (the sinusoidal table, computed on building).
+            stores, from (d_model, max_len) (the sinusoidal table,
+            computed on building); None: nothing.
     """
 
     name: str
@@ -92,16 +94,22 @@ class PositionScheme:
     shared: bool = False
     even_heads: bool = False
     exportable: bool = False
-    embedding: type[nn.Module] = NoPositionalEncoding
+    embedding: type[nn.Module] | None = None
     layers: LayerModules | None = None
-    learned: Callable[[int, int, int, int], int] = lambda d, h, n, L: 0
-    built: Callable[[int, int], int] = lambda d, L: 0
+    learned: Callable[[int, int, int, int], int] | None = None
+    built: Callable[[int, int], int] | None = None
 
     def parameters(self, c: Sizes, stacks: int) -> int:
         """What the scheme learns in a model of ``stacks`` stacks (an
         absolute table is one for the whole model)."""
+        if self.learned is None:
+            return 0
         per_stack = self.learned(c.d_model, c.n_heads, c.n_layers, c.max_len)
         return per_stack if self.absolute else stacks * per_stack
+
+    def elements_built(self, d_model: int, max_len: int) -> int:
+        """Tensor elements built and not stored in a checkpoint."""
+        return 0 if self.built is None else self.built(d_model, max_len)
 
 
 def _t5(c: Sizes, causal: bool) -> list[RelativePosition]:
@@ -145,6 +153,7 @@ SCHEMES: dict[str, PositionScheme] = {
             "nothing: attention sees a set",
             absolute=True,
             exportable=True,
+            embedding=NoPositionalEncoding,
         ),
         PositionScheme(
             "rope",
@@ -211,7 +220,8 @@ def absolute_positions(config: Sizes) -> nn.Module:
     """The module that adds positions to the embeddings (and applies
     dropout): the sinusoidal table, a learned one, or nothing."""
     c = config
-    return scheme(c.position).embedding(c.d_model, c.dropout, c.max_len)
+    kind = scheme(c.position).embedding or NoPositionalEncoding  # relative
+    return kind(c.d_model, c.dropout, c.max_len)
 
 
 def relative_positions(

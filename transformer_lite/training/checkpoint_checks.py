@@ -143,7 +143,8 @@ def built_elements(config: TransformerConfig) -> int:
     checkpoint stores: the sinusoidal positional table (max_len x
     d_model, computed in float64 on building). Every other position
     scheme stores what it has, or has nothing of length max_len."""
-    return scheme(config.position).built(config.d_model, config.max_len)
+    position = scheme(config.position)
+    return position.elements_built(config.d_model, config.max_len)
 
 
 def check_size(
