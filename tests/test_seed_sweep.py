@@ -127,6 +127,17 @@ def test_the_grid_is_seeds_by_kernels_then_seeds_by_threads():
         }
 
 
+def test_every_kernel_setting_has_an_inductor_cache_of_its_own(tmp_path):
+    envs = {
+        k: seed_sweep.job_env(1, k, 2, tmp_path) for k in seed_sweep.KERNELS
+    }
+    caches = {env["TORCHINDUCTOR_CACHE_DIR"] for env in envs.values()}
+    assert len(caches) == len(seed_sweep.KERNELS)
+    avx2 = envs["avx2"]
+    assert avx2["ATEN_CPU_CAPABILITY"] == "avx2" and avx2["BOOK_SEED"] == "1"
+    assert avx2["OMP_NUM_THREADS"] == avx2["MKL_NUM_THREADS"] == "2"
+
+
 def test_a_native_run_is_named_by_what_the_cpu_picked():
     import torch
 
