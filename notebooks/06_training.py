@@ -75,17 +75,19 @@ from transformer_lite.training import (
     Batch,
     History,
     LabelSmoothingLoss,
+    TrainOptions,
     evaluate,
     fit,
     noam_lr,
     noam_scheduler,
+    seq2seq_loss,
     train_epoch,
-    train_step,
 )
 from transformer_lite.training.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
+from transformer_lite.training.step import take_step
 from transformer_lite.viz import heads_chart, heatmap, mask_chart
 
 device = default_device()
@@ -463,35 +465,50 @@ assert used == [noam_lr(k, 64, 4) for k in range(1, 9)]
 # %% [markdown]
 # ## The training loop
 #
-# One call of `train_step` is one optimizer step. It is the only place in
+# One optimizer step is one call of `train_step`. It is the only place in
 # the package where an optimizer steps: `train_epoch` and `fit` call it,
 # and so do chapter 7's translator, chapter 8's mixed precision, data
-# parallelism and the benchmark. It does five things:
+# parallelism, chapter 10's language model, chapter 11's image models
+# and the benchmark. Its public face checks its arguments once and hands
+# them to `take_step`, which does five things:
 #
 # 1. zero the gradients;
 # 2. for each batch of the step (one, or several when gradients are
-#    accumulated): run the model with teacher forcing, compute the loss,
-#    and call `backward`, which *adds* to the gradients;
+#    accumulated): compute the **objective**, the summed loss of the
+#    batch's targets, and call `backward`, which *adds* to the gradients;
 # 3. stop with a clear error if the loss is not finite;
 # 4. clip the gradient's norm;
 # 5. step the optimizer and the scheduler.
 #
-# Its options (mixed precision, a gradient scaler, a scheduler, the
-# clipping threshold) are keyword arguments, each a no-op when left at
-# its default. Here is the code:
+# Its options (mixed precision, the clipping threshold, and for the loop
+# gradient accumulation and the progress bar) travel together in one
+# frozen `TrainOptions`, checked once when it is built. Here is the code:
 
 # %%
-show(train_step)
+show(take_step)
 
 # %% [markdown]
-# The loss function it takes returns a **sum** over the real target
+# What the step minimises is the one thing that differs from model to
+# model, so it is an argument: an objective, a function of the model and
+# a batch. A translator's is teacher forcing, `seq2seq_loss`: run the
+# model on the source and the shifted target, and score its predictions
+# against the target's next tokens.
+
+# %%
+show(seq2seq_loss)
+
+# %% [markdown]
+# The loss function inside returns a **sum** over the real target
 # tokens (`reduction="sum"`), and the step divides by $N$, the number of
-# real target tokens in all of its batches. A mean would be divided
-# twice, so the step refuses a loss function that says it averages. From
+# real target tokens in all of its batches (each batch knows its
+# `n_tokens` before the forward pass). A mean would be divided twice, so
+# `seq2seq_loss` refuses a loss function that says it averages. From
 # here on, training uses the summed loss:
 
 # %%
 loss_fn = LabelSmoothingLoss(V, PAD_ID, smoothing, reduction="sum")
+teacher_forcing = seq2seq_loss(loss_fn)
+QUIET = TrainOptions(progress=False)  # no progress bar
 
 # %% [markdown]
 # Why a sum? **Gradient accumulation** trades memory for time: when a
@@ -518,8 +535,8 @@ def one_step(batches: list[Batch], accumulate: int) -> nn.Module:
     model = make_model(V, V, n_layers=1, d_model=16, d_ff=32, n_heads=2,
                        dropout=0.0).double()
     sgd = torch.optim.SGD(model.parameters(), lr=0.5)
-    train_epoch(model, batches, loss_fn, sgd, accumulate=accumulate,
-                progress=False)
+    train_epoch(model, batches, teacher_forcing, sgd,
+                options=TrainOptions(accumulate=accumulate, progress=False))
     return model
 
 
@@ -659,7 +676,7 @@ print(f"{model.count_parameters():,} parameters; held-out set: "
 
 # %% tags=["remove-output"]
 wall, cpu = time.perf_counter(), time.process_time()
-history = fit(model, train_batches, loss_fn, optimizer,
+history = fit(model, train_batches, teacher_forcing, optimizer,
               scheduler=scheduler, epochs=15, val_batches=val_batches)
 predicted = greedy_decode(
     model,
@@ -867,8 +884,8 @@ def ln_run(norm_first: bool, warm_up: bool) -> list[float]:
     else:
         scheduler = LambdaLR(optimizer, NoRamp())
     record = History()
-    train_epoch(model, deep_batches, loss_fn, optimizer,
-                scheduler=scheduler, progress=False, history=record)
+    train_epoch(model, deep_batches, teacher_forcing, optimizer,
+                scheduler=scheduler, options=QUIET, history=record)
     return record.step_loss
 
 
@@ -979,12 +996,12 @@ assert pre_warm < pre_cold  # and warm-up still helps it (0.001)
 small_model = copy_model(SEED + 11, small_embeddings=False)
 small_set = copy_task_batches(1, 32, SEQ_LEN, V, SEED + 12, min_len=MIN_LEN,
                               device=device)  # one batch: 32 sequences
-small_history = fit(small_model, small_set, loss_fn,
+small_history = fit(small_model, small_set, teacher_forcing,
                     torch.optim.Adam(small_model.parameters(), lr=3e-3),
                     epochs=100, val_batches=val_batches, patience=10,
-                    progress=False)
+                    options=QUIET)
 best_epoch = small_history.best_epoch
-restored_loss = evaluate(small_model, val_batches, loss_fn)
+restored_loss = evaluate(small_model, val_batches, teacher_forcing)
 print(f"stopped early: {small_history.stopped_early}, after "
       f"{len(small_history.val_loss)} of 100 epochs")
 print(f"best epoch: {best_epoch + 1}, validation loss "
@@ -1159,7 +1176,9 @@ from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_lite.training import (
     Batch,
     LabelSmoothingLoss,
+    TrainOptions,
     noam_lr,
+    seq2seq_loss,
     train_step,
 )
 
@@ -1414,9 +1433,9 @@ def twin_steps(clip_norm):
     loss = accumulated_step(mine, pieces, sum_loss,
                             torch.optim.SGD(mine.parameters(), lr=0.5),
                             clip_norm)  # fmt: skip
-    want = train_step(theirs, pieces, sum_loss,
+    want = train_step(theirs, pieces, seq2seq_loss(sum_loss),
                       torch.optim.SGD(theirs.parameters(), lr=0.5),
-                      clip_norm=clip_norm)  # fmt: skip
+                      options=TrainOptions(clip_norm=clip_norm))  # fmt: skip
     weights = [torch.cat([p.detach().flatten() for p in m.parameters()])
                for m in (mine, theirs)]  # fmt: skip
     return loss, want, weights

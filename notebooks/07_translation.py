@@ -459,11 +459,14 @@ assert sum(b.src.size(0) for b in bucketed) == config.n_train
 #
 # `train` in `transformer_lite/tasks/trainer.py` runs it; the command line
 # calls the same function, so the book and the tool cannot drift apart.
-# Its inner step is chapter 6's `train_step`, whose data-parallel case
-# we read below in the section on several processes. Checkpoints go to
-# a temporary directory. While it
-# works, a progress bar counts the steps and shows the loss (it is left
-# out of the book's web pages, which would show each of its updates).
+# It is data, a model and chapter 6's loop: `fit` over an endless stream
+# of bucketed batches, stopped after `steps` steps, with a callback that
+# validates and saves every `save_every` steps; its inner step is
+# chapter 6's `train_step`, whose data-parallel case we read below in
+# the section on several processes. Checkpoints go to a temporary
+# directory. While it works, a progress bar counts the steps and shows
+# the loss (it is left out of the book's web pages, which would show
+# each of its updates).
 
 # %% tags=["remove-output"]
 workdir = tempfile.TemporaryDirectory()

@@ -91,8 +91,18 @@ from transformer_lite.lm import generate, make_lm
 from transformer_lite.masks import local_mask
 from transformer_lite.tasks.copy_task import copy_task_batches
 from transformer_lite.tokens import PAD_ID
-from transformer_lite.training import Batch, LabelSmoothingLoss
-from transformer_lite.training.step import autocast, grad_scaler, train_step
+from transformer_lite.training import (
+    Batch,
+    LabelSmoothingLoss,
+    TrainOptions,
+    seq2seq_loss,
+)
+from transformer_lite.training.step import (
+    autocast,
+    grad_scaler,
+    take_step,
+    train_step,
+)
 from transformer_lite.viz import mask_chart
 
 SEED = book_seed()  # BOOK_SEED from the environment; the book uses 0
@@ -1020,16 +1030,17 @@ assert abs(half.item() - full.item()) < 0.05 * full.item()
 # %% [markdown]
 # Mixed precision is an option of the package's one training step,
 # `train_step` of [chapter 6](06_training), not a second copy of it:
-# `amp_dtype` wraps the forward pass and the loss in
-# `autocast(device, dtype)` (a context that does nothing for `None`),
-# and `scaler` takes a `grad_scaler(device, dtype)`, which scales the
-# loss for float16 on CUDA and otherwise passes it through unchanged
-# (float16 on other devices is refused with an explanation). The lines
-# that differ from a float32 step are few:
+# `TrainOptions(amp_dtype=...)` wraps the forward pass and the
+# objective in `autocast(device, dtype)` (a context that does nothing
+# for `None`), and `scaler` takes a `grad_scaler(device, dtype)`, which
+# scales the loss for float16 on CUDA and otherwise passes it through
+# unchanged (float16 on other devices is refused with an explanation,
+# once, when the step checks its arguments). The lines that differ from
+# a float32 step are few:
 
 # %%
-step_source = inspect.getsource(train_step)
-body = step_source[step_source.index("    batches = [batches]"):]
+step_source = inspect.getsource(take_step)
+body = step_source[step_source.index("    device = module_device"):]
 print(textwrap.dedent(body))
 
 # %% [markdown]
@@ -1050,13 +1061,15 @@ for name, amp_dtype in (("float32", None), ("bfloat16", torch.bfloat16)):
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3,
                                  betas=(0.9, 0.98))
     scaler = grad_scaler(device, amp_dtype)  # passes the loss through
-    loss_fn = LabelSmoothingLoss(V_copy, PAD_ID, 0.0, reduction="sum")
+    objective = seq2seq_loss(
+        LabelSmoothingLoss(V_copy, PAD_ID, 0.0, reduction="sum"))
+    options = TrainOptions(amp_dtype=amp_dtype)
     curves[name], times = [], []
     for batch in batches:
         synchronize()
         start = time.perf_counter()
-        curves[name].append(train_step(model, batch, loss_fn, optimizer,
-                                       amp_dtype=amp_dtype, scaler=scaler))
+        curves[name].append(train_step(model, batch, objective, optimizer,
+                                       options=options, scaler=scaler))
         synchronize()
         times.append(time.perf_counter() - start)
     step_seconds[name] = statistics.median(times[10:])

@@ -87,7 +87,14 @@ from transformer_lite.schemes import (
     relative_positions,
 )
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
-from transformer_lite.training import Batch, LabelSmoothingLoss, train_step
+from transformer_lite.training import (
+    Batch,
+    LabelSmoothingLoss,
+    TrainOptions,
+    fit,
+    seq2seq_loss,
+    train_step,
+)
 from transformer_lite.viz import heatmap
 
 device = default_device()
@@ -201,7 +208,7 @@ SIZES = dict(n_layers=1, d_model=64, d_ff=128, n_heads=4, dropout=0.0,
              max_len=4 * L + 2)
 TEST_LENGTHS = (L, 2 * L, 4 * L)
 N_SEEDS = 3
-loss_fn = LabelSmoothingLoss(V, PAD_ID, 0.0, reduction="sum")
+objective = seq2seq_loss(LabelSmoothingLoss(V, PAD_ID, 0.0, reduction="sum"))
 trained = {}  # (scheme, k) -> (model, seconds of training)
 
 
@@ -225,10 +232,9 @@ def train(position: str, k: int) -> nn.Module:
             optimizer, lambda step: min(1.0, (step + 1) / WARMUP))
         data = torch.Generator().manual_seed(SEED + 20 + k)
         start = time.perf_counter()
-        for _ in range(STEPS):
-            batch, _ = recall_batch(BATCH, 2, L, data)
-            train_step(model, [batch], loss_fn, optimizer,
-                       scheduler=warmup)
+        batches = (recall_batch(BATCH, 2, L, data)[0] for _ in range(STEPS))
+        fit(model, batches, objective, optimizer, scheduler=warmup,
+            epochs=1, options=TrainOptions(progress=False))
         trained[position, k] = model, time.perf_counter() - start
     return trained[position, k][0]
 
@@ -747,7 +753,7 @@ step_times = {position: [] for position in POSITIONS}
 for _ in range(8):  # the first round warms up
     for position in POSITIONS:
         start = time.perf_counter()
-        train_step(models[position], [batch], loss_fn, optimizers[position])
+        train_step(models[position], batch, objective, optimizers[position])
         step_times[position].append(time.perf_counter() - start)
 step_ms = {p: 1e3 * statistics.median(t[1:]) for p, t in step_times.items()}
 ratio = {p: t / step_ms["sinusoidal"] for p, t in step_ms.items()}

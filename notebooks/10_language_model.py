@@ -92,6 +92,7 @@ from transformer_lite.tasks.text_corpus import (
     streams,
 )
 from transformer_lite.tasks.tokenizer import SubwordTokenizer
+from transformer_lite.training import Examples, TrainOptions, fit
 from transformer_lite.viz import attention_explorer, kept_weights, mask_chart
 
 device = default_device()
@@ -325,13 +326,22 @@ assert 0.5 * V < untrained_ppl < 3 * V, untrained_ppl
 # 410,000 tokens, between two and three passes over the training text
 # (the count printed below depends on the Python version, whose help
 # text differs). There is no dropout: so few passes over the data leave
-# little to overfit. The loop is short enough to show whole. It takes an
-# optional segment `memory`, used in the last section; without one it is
-# a plain language-model loop.
+# little to overfit.
+#
+# The loop is [chapter 6](06_training)'s `fit`, the one that trained the
+# translator; what a language model adds is its batches and its
+# objective. `segment_batches` gives `Examples`: the inputs of a segment
+# and its targets, the same tokens one place on. The objective is the
+# summed `next_token_loss` of the model's predictions (the step divides
+# by the number of targets). It takes an optional segment `memory`, used
+# in the last section, which it clears where the streams start again;
+# without one it is the plain language-model objective. Every
+# EVAL_EVERY steps a callback measures the held-out perplexity.
 
 # %%
 STEPS, PEAK_LR, WARMUP = 400, 5e-3, 40
 EVAL_EVERY = 50
+QUIET = TrainOptions(progress=False)  # clip_norm=1.0, no progress bar
 passes = STEPS * B * T / len(train_ids)
 print(f"{STEPS * B * T:,} training tokens: {passes:.2f} passes over the "
       "training text")
@@ -341,6 +351,17 @@ assert 2 < passes < 3, passes  # as the text says
 
 
 # %%
+def next_tokens(memory: SegmentMemory | None = None):
+    """The objective: the summed next-token loss of a batch of segments,
+    each read after the memory of the segments before it."""
+    def objective(model, batch: Examples) -> torch.Tensor:
+        if memory is not None and batch.starts_stream:
+            memory.reset()  # the streams start again
+        logits = model(*batch.inputs, memory=memory)  # (B, T, V)
+        return next_token_loss(logits, batch.targets, reduction="sum")
+    return objective
+
+
 def train(model, *, mem_len: int = 0, evaluate: bool = False) -> dict:
     """Train on the segments of the training streams; returns the loss
     of every step and, with ``evaluate``, the held-out perplexity every
@@ -350,27 +371,20 @@ def train(model, *, mem_len: int = 0, evaluate: bool = False) -> dict:
     schedule = LambdaLR(optimizer, lambda s: min(1.0, (s + 1) / WARMUP)
                         * 0.5 * (1 + math.cos(math.pi * s / STEPS)))
     memory = model.new_memory(mem_len) if mem_len else None
-    log = {"loss": [], "eval_step": [], "eval_ppl": [], "eval_s": 0.0}
-    model.train()
-    for step, (inputs, targets, first) in enumerate(
-            segment_batches(train_streams, T, STEPS)):
-        if memory is not None and first:
-            memory.reset()  # the streams start again
-        logits = model(inputs, memory=memory)  # (B, T, V)
-        loss = next_token_loss(logits, targets)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        schedule.step()
-        log["loss"].append(loss.item())
-        if evaluate and (step + 1) % EVAL_EVERY == 0:
+    log = {"eval_step": [], "eval_ppl": [], "eval_s": 0.0}
+
+    def held_out(step: int, loss: float) -> None:
+        if evaluate and step % EVAL_EVERY == 0:
             tic = time.perf_counter()
-            log["eval_step"].append(step + 1)
+            log["eval_step"].append(step)
             log["eval_ppl"].append(perplexity(
                 model, held_streams, segment_len=T, mem_len=mem_len))
             log["eval_s"] += time.perf_counter() - tic
-    return log
+
+    record = fit(model, segment_batches(train_streams, T, STEPS),
+                 next_tokens(memory), optimizer, scheduler=schedule,
+                 epochs=1, options=QUIET, on_step=held_out)
+    return {"loss": record.step_loss, **log}
 
 
 start = time.perf_counter()
@@ -950,16 +964,16 @@ def train_repeat(mem_len: int) -> float:
                  n_heads=2, dropout=0.0, position="rope")
     optimizer = torch.optim.AdamW(lm.parameters(), lr=3e-3)
     g = torch.Generator().manual_seed(SEED + 6)
-    step = 0
-    while step < SYN_STEPS:
-        stream = repeated_segments(32, SEGMENTS, T, SYMBOLS, g)  # (B, L)
-        memory = lm.new_memory(mem_len) if mem_len else None
-        for inputs, targets in segments(stream, T):
-            loss = next_token_loss(lm(inputs, memory=memory), targets)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
+
+    def fresh_streams():  # SYN_STEPS batches: SEGMENTS per new stream
+        for _ in range(SYN_STEPS // SEGMENTS):
+            stream = repeated_segments(32, SEGMENTS, T, SYMBOLS, g)  # (B, L)
+            for j, (inputs, targets) in enumerate(segments(stream, T)):
+                yield Examples(inputs, targets, starts_stream=j == 0)
+
+    memory = lm.new_memory(mem_len) if mem_len else None
+    fit(lm, fresh_streams(), next_tokens(memory), optimizer, epochs=1,
+        options=TrainOptions(clip_norm=None, progress=False))
     test = repeated_segments(256, SEGMENTS, T, SYMBOLS, SEED + 7)
     memory = lm.new_memory(mem_len) if mem_len else None
     right = []

@@ -85,6 +85,12 @@ from transformer_lite.tasks.digits import (
 )
 from transformer_lite.tasks.numbers import number_words
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
+from transformer_lite.training import (
+    Examples,
+    TrainOptions,
+    fit,
+    supervised_loss,
+)
 from transformer_lite.vision import (
     ImageToText,
     ImageToTextConfig,
@@ -280,19 +286,27 @@ print(f"ViT parameters: {n_parameters(vit):,}; "
 assert 0.8 < n_parameters(cnn) / n_parameters(vit) < 1.25
 
 # %% [markdown]
-# Both networks train with the same loop: AdamW, a learning rate that
-# warms up over the first tenth of the steps and then falls along a
-# cosine (PyTorch's `OneCycleLR`), label smoothing of 0.1
-# ([chapter 6](06_training)), and batches of 128. With so few images,
-# every epoch moves each training image by a random shift of up to one
-# pixel in each direction (`shift_images`): a 7 can sit a little
-# higher or further left and stay a 7. The test images are never
-# shifted.
+# Both networks train with the same recipe, in the loop that trained
+# every model of this book, [chapter 6](06_training)'s `fit`: AdamW, a
+# learning rate that warms up over the first tenth of the steps and then
+# falls along a cosine (PyTorch's `OneCycleLR`), label smoothing of 0.1,
+# and batches of 128. What an image classifier brings to the loop is its
+# batches, `Examples` of images and their labels, and its objective,
+# `supervised_loss`: the summed cross-entropy of a label per image.
+# With so few images, every epoch moves each training image by a random
+# shift of up to one pixel in each direction (`shift_images`): a 7 can
+# sit a little higher or further left and stay a 7. The test images are
+# never shifted.
 
 # %%
 def accuracy(model: nn.Module, images, labels) -> float:
     with evaluating(model), torch.no_grad():
         return (model(images).argmax(-1) == labels).float().mean().item()
+
+
+smoothed = supervised_loss(  # the objective: a label per image
+    nn.CrossEntropyLoss(reduction="sum", label_smoothing=0.1))
+QUIET = TrainOptions(clip_norm=None, progress=False)
 
 
 def fit_classifier(model, epochs: int, *, lr: float, seed: int,
@@ -301,29 +315,32 @@ def fit_classifier(model, epochs: int, *, lr: float, seed: int,
     ``eval_every`` epochs, and the training time without it."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr,
                                   weight_decay=0.05)
-    steps = epochs * -(-len(train_x) // batch)
+    per_epoch = -(-len(train_x) // batch)  # steps
     schedule = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=lr, total_steps=steps, pct_start=0.1)
+        optimizer, max_lr=lr, total_steps=epochs * per_epoch,
+        pct_start=0.1)
     g = torch.Generator().manual_seed(seed)
-    log = {"epoch": [], "accuracy": [], "seconds": 0.0}
-    for epoch in range(1, epochs + 1):
-        tic = time.perf_counter()
-        model.train()
+    log = {"epoch": [], "accuracy": [], "eval_s": 0.0}
+
+    def one_epoch():  # every image shifted anew, in a new order
         shifted = shift_images(train_x, 1, g)  # (n, 1, 8, 8)
         order = torch.randperm(len(train_x), generator=g)
-        for i in range(0, len(order), batch):
-            rows = order[i:i + batch]
-            logits = model(shifted[rows])  # (B, 10)
-            loss = F.cross_entropy(logits, train_y[rows],
-                                   label_smoothing=0.1)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-        log["seconds"] += time.perf_counter() - tic
-        if epoch % eval_every == 0 or epoch == epochs:
+        for rows in order.split(batch):
+            yield Examples(shifted[rows], train_y[rows])
+
+    def test_now(step: int, loss: float) -> None:
+        epoch, end_of_epoch = divmod(step, per_epoch)
+        if end_of_epoch == 0 and (epoch % eval_every == 0
+                                  or epoch == epochs):
+            tic = time.perf_counter()
             log["epoch"].append(epoch)
             log["accuracy"].append(accuracy(model, test_x, test_y))
+            log["eval_s"] += time.perf_counter() - tic
+
+    tic = time.perf_counter()
+    fit(model, one_epoch, smoothed, optimizer, scheduler=schedule,
+        epochs=epochs, options=QUIET, on_step=test_now)
+    log["seconds"] = time.perf_counter() - tic - log["eval_s"]
     return log
 
 
@@ -615,12 +632,18 @@ print(f"memory mask of two test images: "
       f"{bool(reader.source_mask(test_images[:2]).all())}")
 
 # %% [markdown]
-# Training is chapter 6's: teacher forcing, the decoder reads BOS and
-# the words so far and is scored on the next word. Each epoch draws
-# fresh numbers, with fresh handwriting, from the training digits.
+# Training is chapter 6's, in the same `fit`: teacher forcing, the
+# decoder reads BOS and the words so far and is scored on the next word.
+# Its `Examples` hold two inputs, the images and the words so far, and
+# the next words as targets, padding ignored. Each epoch draws fresh
+# numbers, with fresh handwriting, from the training digits.
 
 # %%
 I2T_EPOCHS, PER_EPOCH, I2T_BATCH, I2T_LR = 6, 3000, 32, 2e-3
+
+
+next_words = supervised_loss(  # the objective: a word per place
+    nn.CrossEntropyLoss(reduction="sum", ignore_index=PAD_ID))
 
 
 def fit_reader(model, *, seed: int) -> dict:
@@ -629,27 +652,23 @@ def fit_reader(model, *, seed: int) -> dict:
     steps = I2T_EPOCHS * -(-PER_EPOCH // I2T_BATCH)
     schedule = torch.optim.lr_scheduler.OneCycleLR(
         optimizer, max_lr=I2T_LR, total_steps=steps, pct_start=0.1)
-    log = {"loss": [], "seconds": 0.0}
-    tic = time.perf_counter()
-    model.train()
-    for epoch in range(I2T_EPOCHS):
+    epochs = iter(range(I2T_EPOCHS))  # fit asks for one epoch at a time
+
+    def one_epoch():  # fresh numbers, in fresh handwriting
         images, numbers = number_images(train_x, train_y, PER_EPOCH,
                                         max_shift=1,
-                                        seed=seed * 1000 + epoch)
+                                        seed=seed * 1000 + next(epochs))
         targets = number_targets(numbers, tokenizer)  # (n, T)
-        for i in range(0, PER_EPOCH, I2T_BATCH):
-            x, y = images[i:i + I2T_BATCH], targets[i:i + I2T_BATCH]
-            logits = model(x, y[:, :-1])  # (B, T - 1, V)
-            loss = F.cross_entropy(logits.flatten(0, 1),
-                                   y[:, 1:].flatten(),
-                                   ignore_index=PAD_ID)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            schedule.step()
-            log["loss"].append(loss.item())
-    log["seconds"] = time.perf_counter() - tic
-    return log
+        for x, y in zip(images.split(I2T_BATCH), targets.split(I2T_BATCH),
+                        strict=True):
+            # the words so far in, the next words out (teacher forcing)
+            yield Examples((x, y[:, :-1]), y[:, 1:], PAD_ID)
+
+    tic = time.perf_counter()
+    record = fit(model, one_epoch, next_words, optimizer,
+                 scheduler=schedule, epochs=I2T_EPOCHS, options=QUIET)
+    return {"loss": record.step_loss,
+            "seconds": time.perf_counter() - tic}
 
 
 reader_log = fit_reader(reader, seed=SEED + 6)

@@ -21,8 +21,10 @@ from transformer_lite import make_model
 from transformer_lite.training import (
     History,
     LabelSmoothingLoss,
+    TrainOptions,
     fit,
     noam_scheduler,
+    seq2seq_loss,
 )
 from transformer_lite.training.checkpoint import (
     CHECKPOINT_FORMAT,
@@ -38,11 +40,11 @@ def _train(model, epochs, optimizer, scheduler):
     fit(
         model,
         batches,
-        LabelSmoothingLoss(V, PAD, reduction="sum"),
+        seq2seq_loss(LabelSmoothingLoss(V, PAD, reduction="sum")),
         optimizer,
         scheduler=scheduler,
         epochs=epochs,
-        progress=False,
+        options=TrainOptions(progress=False),
     )
 
 

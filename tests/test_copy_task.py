@@ -20,7 +20,9 @@ from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 from transformer_lite.training import (
     Batch,
     LabelSmoothingLoss,
+    TrainOptions,
     noam_scheduler,
+    seq2seq_loss,
     train_epoch,
 )
 
@@ -151,7 +153,12 @@ def test_small_model_learns_the_copy_task(one_thread):
     train = copy_task_batches(COPY_STEPS, 64, COPY_LEN, COPY_VOCAB, 1)
     loss_fn = LabelSmoothingLoss(COPY_VOCAB, PAD_ID, 0.1, reduction="sum")
     train_epoch(
-        model, train, loss_fn, optimizer, scheduler=scheduler, progress=False
+        model,
+        train,
+        seq2seq_loss(loss_fn),
+        optimizer,
+        scheduler=scheduler,
+        options=TrainOptions(progress=False),
     )
     held_out = copy_task_held_out(500, COPY_LEN, COPY_VOCAB)
     decoded = greedy_decode(

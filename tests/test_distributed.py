@@ -1,5 +1,6 @@
 """Data-parallel training (chapter 7): two processes on the CPU (gloo)
-take the same step as one process on the whole global batch."""
+take the same step as one process on the whole global batch; ``shard``
+splits a ``Batch`` or ``Examples`` by rows."""
 
 import datetime
 import os
@@ -15,7 +16,13 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from transformer_lite import make_model
-from transformer_lite.training import Batch, LabelSmoothingLoss
+from transformer_lite.training import (
+    Batch,
+    Examples,
+    LabelSmoothingLoss,
+    TrainOptions,
+    seq2seq_loss,
+)
 from transformer_lite.training.distributed import (
     init_distributed,
     shard,
@@ -52,8 +59,8 @@ def setup() -> tuple[nn.Module, torch.optim.Optimizer, nn.Module]:
     # round-off in gradients that are exactly zero in theory, such as
     # those of the key biases, into steps of size lr.)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
-    loss_fn = LabelSmoothingLoss(V, PAD, 0.1, reduction="sum")
-    return model, optimizer, loss_fn
+    objective = seq2seq_loss(LabelSmoothingLoss(V, PAD, 0.1, reduction="sum"))
+    return model, optimizer, objective
 
 
 def worker(rank: int, world_size: int, port: int, out: str) -> None:
@@ -66,10 +73,10 @@ def worker(rank: int, world_size: int, port: int, out: str) -> None:
         timeout=datetime.timedelta(seconds=60),  # a stalled peer: fail
     )
     try:
-        model, optimizer, loss_fn = setup()
+        model, optimizer, objective = setup()
         replica = nn.parallel.DistributedDataParallel(model)
         losses = [
-            train_step(replica, batch, loss_fn, optimizer)
+            train_step(replica, batch, objective, optimizer)
             for batch in global_batches()
         ]
         assert world() == (rank, world_size)
@@ -95,10 +102,10 @@ def test_two_processes_step_like_one(tmp_path):
         torch.load(tmp_path / f"rank{r}.pt", weights_only=True)
         for r in range(2)
     ]
-    model, optimizer, loss_fn = setup()
+    model, optimizer, objective = setup()
     before = {k: v.clone() for k, v in model.state_dict().items()}
     losses = [
-        train_step(model, batch, loss_fn, optimizer)
+        train_step(model, batch, objective, optimizer)
         for batch in global_batches()
     ]
     moved = [
@@ -130,12 +137,34 @@ def test_shards_split_the_rows():
         shard(batch, 0, 6)
 
 
+def test_shards_of_examples_split_every_input_and_the_targets():
+    images = torch.arange(5 * 3.0).reshape(5, 3)  # (B, 3)
+    words = torch.arange(10).reshape(5, 2)  # (B, 2)
+    targets = torch.tensor([[1, 2], [3, PAD], [PAD, PAD], [4, 5], [6, 7]])
+    examples = Examples((images, words), targets, PAD, starts_stream=True)
+    shares = [shard(examples, r, 2) for r in range(2)]
+    assert all(isinstance(s, Examples) for s in shares)
+    assert [s.targets.size(0) for s in shares] == [3, 2]
+    for i, whole in enumerate((images, words)):
+        assert torch.equal(torch.cat([s.inputs[i] for s in shares]), whole)
+    assert torch.equal(torch.cat([s.targets for s in shares]), targets)
+    assert [s.n_tokens for s in shares] == [3, 4]  # PAD is ignored
+    assert all(s.ignore_index == PAD and s.starts_stream for s in shares)
+    plain = shard(Examples(images, targets[:, 0]), 1, 2)
+    assert plain.ignore_index is None and not plain.starts_stream
+    with pytest.raises(ValueError, match="batch of 5 rows"):
+        shard(examples, 0, 6)
+
+
 def test_one_process_step_is_a_plain_step():
     """Without a process group, train_step is the usual mean-loss step."""
-    model, optimizer, loss_fn = setup()
+    model, optimizer, objective = setup()
     batch = global_batches()[0]
     reference, ref_opt, _ = setup()
-    loss = train_step(model, batch, loss_fn, optimizer, clip_norm=None)
+    loss = train_step(
+        model, batch, objective, optimizer,
+        options=TrainOptions(clip_norm=None),
+    )  # fmt: skip
     mean_loss = LabelSmoothingLoss(V, PAD, 0.1)
     logits = reference(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
     expected = mean_loss(logits, batch.tgt_out)

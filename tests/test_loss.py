@@ -176,8 +176,13 @@ def test_label_smoothing_rejects_bad_shapes(
         loss_fn(torch.randn(logits_shape), torch.zeros(targets_shape).long())
 
 
-def test_label_smoothing_reads_no_values_to_check_ids():
-    """The loss checks shapes and dtypes only (no host sync); an id
-    outside the vocabulary still fails, in the lookup itself."""
-    with pytest.raises((IndexError, RuntimeError)):
-        LabelSmoothingLoss(V, PAD)(torch.randn(2, V), torch.tensor([1, V]))
+def test_label_smoothing_names_a_target_outside_the_vocabulary():
+    """On the CPU, where reading two values costs no sync, a target id
+    past V is a clear error (a translator's last target token is one the
+    model never reads, so only the loss can catch it); on a GPU the loss
+    reads no values (``check_ids_here``)."""
+    loss_fn = LabelSmoothingLoss(V, PAD, reduction="sum")
+    with pytest.raises(ValueError, match=rf"targets holds .*\[0, {V - 1}\]"):
+        loss_fn(torch.randn(2, V), torch.tensor([1, V]))
+    with pytest.raises(ValueError, match="targets holds"):
+        loss_fn(torch.randn(2, V), torch.tensor([-1, 1]))

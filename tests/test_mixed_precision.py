@@ -1,7 +1,8 @@
 """Mixed precision (chapter 8): bfloat16 autocast trains with finite
 losses and gradients under padding and causal masks, even with query rows
 that may attend to nothing; its loss is close to float32's; float16 gets
-a GradScaler on CUDA and a clear error elsewhere."""
+a GradScaler on CUDA and a clear error elsewhere, in
+``TrainOptions(amp_dtype=...)`` of the training step."""
 
 import copy
 
@@ -19,7 +20,12 @@ from transformer_lite import (
     seed_everything,
 )
 from transformer_lite.bench.memory import peak_memory
-from transformer_lite.training import Batch, LabelSmoothingLoss
+from transformer_lite.training import (
+    Batch,
+    LabelSmoothingLoss,
+    TrainOptions,
+    seq2seq_loss,
+)
 from transformer_lite.training.step import (
     autocast,
     check_amp,
@@ -65,10 +71,14 @@ def test_bfloat16_step_gives_finite_loss_and_gradients(kernel):
         if isinstance(module, MultiHeadAttention):
             module.kernel = kernel
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = LabelSmoothingLoss(V, PAD, 0.1, reduction="sum")
+    objective = seq2seq_loss(LabelSmoothingLoss(V, PAD, 0.1, reduction="sum"))
     before = copy.deepcopy(model.state_dict())
     loss = train_step(
-        model, awkward_batch(), loss_fn, optimizer, amp_dtype=torch.bfloat16
+        model,
+        awkward_batch(),
+        objective,
+        optimizer,
+        options=TrainOptions(amp_dtype=torch.bfloat16),
     )
     assert torch.isfinite(torch.tensor(loss)) and loss > 0
     for name, p in model.named_parameters():
@@ -135,7 +145,7 @@ def test_float32_step_is_the_plain_step():
         tiny_model(V, **SIZES, device="cpu"),
     ]
     optimizers = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
-    ours = train_step(models[0], batch, loss_fn, optimizers[0])
+    ours = train_step(models[0], batch, seq2seq_loss(loss_fn), optimizers[0])
     # the same step written out: the mean loss per target token
     optimizers[1].zero_grad()
     loss = (
@@ -182,13 +192,33 @@ def test_unsupported_choices_explain_themselves(device, amp_dtype, match):
         grad_scaler(device, amp_dtype)
 
 
-def test_float16_without_a_scaler_is_refused():
+def test_float16_on_the_cpu_is_refused_before_the_step():
+    """``TrainOptions`` cannot know the device: the step checks it."""
     model = tiny_model(V, **SIZES, device="cpu")
+    before = copy.deepcopy(model.state_dict())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    loss_fn = LabelSmoothingLoss(V, PAD, reduction="sum")
+    objective = seq2seq_loss(LabelSmoothingLoss(V, PAD, reduction="sum"))
+    float16 = TrainOptions(amp_dtype=torch.float16)
     with pytest.raises(ValueError, match="on cpu use amp_dtype=torch.bf"):
+        train_step(model, awkward_batch(), objective, optimizer,
+                   options=float16)  # fmt: skip
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, before[name]), name
+
+
+@pytest.mark.skipif(not CUDA, reason="float16 with a GradScaler needs CUDA")
+def test_float16_without_an_enabled_scaler_is_refused_on_cuda():
+    model = tiny_model(V, **SIZES, device="cuda")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    objective = seq2seq_loss(LabelSmoothingLoss(V, PAD, reduction="sum"))
+    with pytest.raises(ValueError, match="float16 needs a scaler"):
         train_step(
-            model, awkward_batch(), loss_fn, optimizer, amp_dtype=torch.float16
+            model,
+            awkward_batch("cuda"),
+            objective,
+            optimizer,
+            options=TrainOptions(amp_dtype=torch.float16),
+            scaler=grad_scaler("cuda", None),  # a disabled one
         )
 
 
@@ -196,16 +226,18 @@ def test_float16_without_a_scaler_is_refused():
 def test_float16_with_a_scaler_on_cuda():
     model = tiny_model(V, **SIZES, dropout=0.1, device="cuda")
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
-    loss_fn = LabelSmoothingLoss(V, PAD, smoothing=0.1)
+    objective = seq2seq_loss(
+        LabelSmoothingLoss(V, PAD, smoothing=0.1, reduction="sum")
+    )
     scaler = grad_scaler("cuda", torch.float16)
-    assert isinstance(scaler, torch.amp.GradScaler)
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler.is_enabled()
     losses = [
         train_step(
             model,
             awkward_batch("cuda"),
-            loss_fn,
+            objective,
             optimizer,
-            amp_dtype=torch.float16,
+            options=TrainOptions(amp_dtype=torch.float16),
             scaler=scaler,
         )
         for _ in range(20)

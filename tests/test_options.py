@@ -98,38 +98,93 @@ def test_the_checks_themselves():
             call()
 
 
-def tiny_fit_setup():
-    from transformer_lite import make_model
-    from transformer_lite.training import Batch, LabelSmoothingLoss
-
-    model = make_model(9, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2)
-    batch = Batch(torch.randint(1, 9, (2, 4)), torch.randint(1, 9, (2, 5)), 0)
-    loss_fn = LabelSmoothingLoss(9, 0, reduction="sum")
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    return model, [batch], loss_fn, optimizer
-
-
 @pytest.mark.parametrize(
     "options, named",
     [
-        (dict(epochs=True), "epochs"),
         (dict(accumulate=2.0), "accumulate"),
+        (dict(accumulate=True), "accumulate"),
+        (dict(accumulate=0), "accumulate"),
         (dict(clip_norm=True), "clip_norm"),
         (dict(clip_norm=float("inf")), "clip_norm"),
+        (dict(clip_norm=float("nan")), "clip_norm"),
+        (dict(clip_norm=0.0), "clip_norm"),
         (dict(clip_norm="1"), "clip_norm"),
         (dict(progress="no"), "progress"),
+        (dict(progress=1), "progress"),
         (dict(amp_dtype="bfloat16"), "amp_dtype"),
+        (dict(amp_dtype=torch.float32), "amp_dtype"),
     ],
 )
-def test_fit_checks_its_options_before_the_first_step(options, named):
+def test_train_options_are_checked_when_built(options, named):
+    from transformer_lite.training import TrainOptions
+
+    with pytest.raises(ValueError, match=named):
+        TrainOptions(**options)
+
+
+def test_train_options_accept_every_documented_choice():
+    """The values the bad ones above are told apart from."""
+    from transformer_lite.training import TrainOptions
+
+    for options in (
+        dict(clip_norm=None),
+        dict(clip_norm=2),
+        dict(accumulate=4),
+        dict(amp_dtype=torch.bfloat16),
+        dict(amp_dtype=torch.float16),  # the step checks the device
+        dict(progress=False),
+    ):
+        built = TrainOptions(**options)
+        for name, value in options.items():
+            assert getattr(built, name) == value
+
+
+def tiny_fit_setup():
+    from transformer_lite import make_model
+    from transformer_lite.training import (
+        Batch,
+        LabelSmoothingLoss,
+        seq2seq_loss,
+    )
+
+    model = make_model(9, 9, n_layers=1, d_model=8, d_ff=8, n_heads=2)
+    batch = Batch(torch.randint(1, 9, (2, 4)), torch.randint(1, 9, (2, 5)), 0)
+    objective = seq2seq_loss(LabelSmoothingLoss(9, 0, reduction="sum"))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return model, [batch], objective, optimizer
+
+
+@pytest.mark.parametrize(
+    "arguments, named",
+    [
+        (dict(epochs=True), "epochs"),
+        (dict(epochs=0), "epochs"),
+        (dict(max_steps=0), "max_steps"),
+        (dict(max_steps=2.0), "max_steps"),
+        (dict(on_step="print"), "on_step"),
+        (dict(options=dict(clip_norm=None)), "options must be TrainOptions"),
+        (dict(objective=None), "objective must be"),
+        (dict(patience=0, val_batches=[]), "patience"),
+    ],
+)
+def test_fit_checks_its_arguments_before_the_first_step(arguments, named):
     from transformer_lite.training import fit
 
-    model, batches, loss_fn, optimizer = tiny_fit_setup()
+    model, batches, objective, optimizer = tiny_fit_setup()
+    objective = arguments.pop("objective", objective)
     before = [p.clone() for p in model.parameters()]
     with pytest.raises(ValueError, match=named):
-        fit(model, batches, loss_fn, optimizer, **options)
+        fit(model, batches, objective, optimizer, **arguments)
     after = list(model.parameters())
     assert all(torch.equal(a, b) for a, b in zip(before, after, strict=True))
+
+
+def test_evaluate_wants_an_objective():
+    from transformer_lite.training import evaluate
+
+    model, batches, _, _ = tiny_fit_setup()
+    with pytest.raises(ValueError, match="objective must be callable"):
+        evaluate(model, batches, "cross_entropy")
 
 
 @pytest.mark.parametrize(

@@ -38,7 +38,11 @@ from transformer_lite.schemes import (
 )
 from transformer_lite.shipping.export import _check_model
 from transformer_lite.tasks.copy_task import copy_task_batches
-from transformer_lite.training import LabelSmoothingLoss, train_step
+from transformer_lite.training import (
+    LabelSmoothingLoss,
+    seq2seq_loss,
+    train_step,
+)
 
 SIZES = dict(n_layers=2, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
 FOUR_HEADS = dict(n_layers=2, d_model=16, d_ff=32, n_heads=4)
@@ -203,10 +207,10 @@ def test_every_scheme_learns_the_copy_task(position, one_thread):
     torch.manual_seed(0)
     V = 10
     model = make_model(V, V, **FOUR_HEADS, dropout=0.0, position=position)
-    loss_fn = LabelSmoothingLoss(V, 0, 0.0, reduction="sum")
+    objective = seq2seq_loss(LabelSmoothingLoss(V, 0, 0.0, reduction="sum"))
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     batches = copy_task_batches(40, 32, 6, V, 1, min_len=2)
-    losses = [train_step(model, [b], loss_fn, optimizer) for b in batches]
+    losses = [train_step(model, [b], objective, optimizer) for b in batches]
     assert all(torch.isfinite(torch.tensor(losses)))
     first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
     assert last < 0.8 * first, (first, last)

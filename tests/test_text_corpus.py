@@ -16,7 +16,7 @@ from transformer_lite.tasks.text_corpus import (
     shared_spans,
     streams,
 )
-from transformer_lite.tokens import UNK_ID
+from transformer_lite.tokens import PAD_ID, UNK_ID
 
 
 def test_the_raw_topics_repeat_each_other():
@@ -102,10 +102,12 @@ def test_segment_batches_are_consecutive_and_start_again():
     assert len(batches) == 5
     epoch = [x for x, _ in segments(stream, 3)][:3]  # the full ones
     for got, expected in zip(batches, epoch + epoch[:2], strict=True):
-        assert torch.equal(got[0], expected)
-    assert [first for _, _, first in batches] == [1, 0, 0, 1, 0]
-    x, y, _ = batches[0]
+        assert torch.equal(got.inputs[0], expected)
+    assert [b.starts_stream for b in batches] == [1, 0, 0, 1, 0]
+    (x,), y = batches[0].inputs, batches[0].targets
     assert torch.equal(y, x + 1)  # targets are the next tokens
+    assert batches[0].ignore_index == PAD_ID  # padding is not learned
+    assert batches[0].n_tokens == int((y != PAD_ID).sum())
 
 
 def test_every_repeated_segment_is_the_previous_one():

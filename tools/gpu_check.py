@@ -170,8 +170,13 @@ def model_setup(device: torch.device):
     from transformer_lite import make_model, set_attention_kernel
     from transformer_lite.bench.fixtures import QUICK, Sizes, random_batch
     from transformer_lite.tokens import PAD_ID
-    from transformer_lite.training import Batch, LabelSmoothingLoss
-    from transformer_lite.training.step import train_step
+    from transformer_lite.training import (
+        Batch,
+        LabelSmoothingLoss,
+        TrainOptions,
+        seq2seq_loss,
+        train_step,
+    )
 
     torch.manual_seed(0)
     sizes = Sizes() if device.type == "cuda" else QUICK  # --cpu: tiny
@@ -190,9 +195,11 @@ def model_setup(device: torch.device):
     loss_fn = LabelSmoothingLoss(sizes.vocab, PAD_ID, 0.1, reduction="sum")
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     amp = torch.bfloat16 if device.type == "cuda" else None
+    options = TrainOptions(amp_dtype=amp)
 
     def step():
-        return train_step(model, batch, loss_fn, optimizer, amp_dtype=amp)
+        return train_step(model, batch, seq2seq_loss(loss_fn), optimizer,
+                          options=options)  # fmt: skip
 
     return model, src[:8], step  # src: (8, S), to decode
 

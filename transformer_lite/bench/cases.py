@@ -32,7 +32,8 @@ from transformer_lite.device import seed_everything
 from transformer_lite.tokens import BOS_ID, PAD_ID
 from transformer_lite.training.batch import Batch
 from transformer_lite.training.loss import LabelSmoothingLoss
-from transformer_lite.training.step import train_step
+from transformer_lite.training.objectives import seq2seq_loss
+from transformer_lite.training.step import TrainOptions, train_step
 
 __all__ = [
     "alternate",
@@ -150,8 +151,11 @@ def bench_training(
         raise AssertionError(f"parameter counts differ: {counts}")
     src, tgt = random_batch(s, s.batch, device)  # (B, S), (B, T + 1)
     batch = Batch(src, tgt, PAD_ID)
-    loss_fn = LabelSmoothingLoss(s.vocab, PAD_ID, 0.1, reduction="sum")
+    objective = seq2seq_loss(
+        LabelSmoothingLoss(s.vocab, PAD_ID, 0.1, reduction="sum")
+    )
     amp_dtype = torch.bfloat16 if device.type == "cuda" else None
+    options = TrainOptions(amp_dtype=amp_dtype)
 
     def step_of(model: nn.Module) -> Callable[[], float]:
         optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -159,9 +163,9 @@ def bench_training(
             train_step,
             model,
             batch,
-            loss_fn,
+            objective,
             optimizer,
-            amp_dtype=amp_dtype,
+            options=options,
         )
 
     steps = {}

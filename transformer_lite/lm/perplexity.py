@@ -31,16 +31,29 @@ MAX_LOG = math.log(1.7976931348623157e308)  # about 709.78: exp overflows
 
 
 def next_token_loss(
-    logits: Tensor, targets: Tensor, *, pad_id: int = PAD_ID
+    logits: Tensor,
+    targets: Tensor,
+    *,
+    pad_id: int = PAD_ID,
+    reduction: str = "mean",
 ) -> Tensor:
-    """Mean cross-entropy of the next-token predictions, padding
-    targets left out (the training loss).
+    """Cross-entropy of the next-token predictions, padding targets left
+    out (the training loss): their mean, or with ``reduction="sum"``
+    their sum, what the package's training step divides by the number of
+    targets itself.
 
     Shape:
         logits: (B, L, V); targets: (B, L); output: ().
     """
+    if reduction not in ("mean", "sum"):
+        raise ValueError(
+            f"reduction must be 'mean' or 'sum', got {reduction!r}"
+        )
     return F.cross_entropy(
-        logits.flatten(0, 1), targets.flatten(), ignore_index=pad_id
+        logits.flatten(0, 1),
+        targets.flatten(),
+        ignore_index=pad_id,
+        reduction=reduction,
     )
 
 

@@ -24,6 +24,7 @@ from torch import Tensor
 from transformer_lite.lm.perplexity import segments
 from transformer_lite.tasks.corpus import check_sizes, generator
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from transformer_lite.training.batch import Examples
 
 __all__ = [
     "CharTokenizer",
@@ -198,14 +199,16 @@ def streams(ids: Tensor, n_streams: int) -> Tensor:
 
 def segment_batches(
     stream: Tensor, segment_len: int, steps: int
-) -> Iterator[tuple[Tensor, Tensor, bool]]:
+) -> Iterator[Examples]:
     """``steps`` training batches: the consecutive segments of
     ``stream``, from the start again when they run out (an epoch).
 
     Yields:
-        ``(inputs, targets, first)``; ``first`` is True for the first
-        segment of an epoch, the only batch whose text does not continue
-        the previous one (a segment memory must be cleared there).
+        :class:`~transformer_lite.training.batch.Examples` of the
+        segment's inputs and next tokens, padding ignored;
+        ``starts_stream`` is True for the first segment of an epoch, the
+        only batch whose text does not continue the previous one (a
+        segment memory must be cleared there).
 
     Shape:
         stream: (B, L); inputs, targets: (B, T) each; the last segment
@@ -222,7 +225,7 @@ def segment_batches(
         for j, (inputs, targets) in enumerate(segments(stream, segment_len)):
             if inputs.size(1) < segment_len:
                 break
-            yield inputs, targets, j == 0
+            yield Examples(inputs, targets, PAD_ID, starts_stream=j == 0)
             done += 1
             if done == steps:
                 return

@@ -5,7 +5,7 @@ the command line (:mod:`transformer_lite.tasks.translate`) and
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -28,16 +28,17 @@ from transformer_lite.tasks.tokenizer import SPECIAL_TOKENS
 from transformer_lite.tasks.tokenizer import SubwordTokenizer as Tokenizer
 from transformer_lite.tasks.translator import Translator
 from transformer_lite.tokens import PAD_ID
+from transformer_lite.training.batch import Batch
 from transformer_lite.training.distributed import (
     init_distributed,
     is_main_process,
     world,
 )
-from transformer_lite.training.loop import evaluate
+from transformer_lite.training.loop import evaluate, fit
 from transformer_lite.training.loss import LabelSmoothingLoss
-from transformer_lite.training.progress import progress_bar
+from transformer_lite.training.objectives import seq2seq_loss
 from transformer_lite.training.schedule import noam_scheduler
-from transformer_lite.training.step import train_step
+from transformer_lite.training.step import TrainOptions
 
 __all__ = [
     "TrainResult",
@@ -251,41 +252,36 @@ def _model_and_optimizer(config: TranslateConfig, vocabs, device):
     return model, replica, optimizer, scheduler
 
 
-def _run_steps(
-    replica, ids, valid, loss_fn, optimizer, scheduler, config, out_dir,
-    result: TrainResult, bar,
-) -> None:  # fmt: skip
-    """``config.steps`` steps over length-bucketed batches of ``ids``;
-    every ``save_every`` steps the validation loss and, over the last
-    ``keep_last`` of them, a checkpoint (rank 0 only)."""
-    model = result.translator.model
+def _endless_batches(ids, config: TranslateConfig) -> Iterator[Batch]:
+    """Length-bucketed batches of ``ids``, a fresh order for every pass,
+    without end; a batch of fewer rows than processes is left out (it
+    could not give every process a share)."""
     generator = torch.Generator().manual_seed(config.seed)
+    while True:
+        for batch in bucket_batches(*ids, config.batch_size, generator):
+            if batch.src.size(0) >= world()[1]:
+                yield batch
+
+
+def _every_save(valid, objective, config, out_dir: Path, result):
+    """The callback after each step: every ``save_every`` steps (and at
+    the last) the validation loss and, over the last ``keep_last`` of
+    them, a checkpoint (rank 0 only)."""
+    model = result.translator.model
     first_saved = config.steps - (config.keep_last - 1) * config.save_every
     main = is_main_process()
-    step = 0
-    while step < config.steps:
-        for batch in bucket_batches(*ids, config.batch_size, generator):
-            if step == config.steps:
-                break
-            if batch.src.size(0) < world()[1]:
-                continue  # too few rows to give every process a share
-            result.lr.append(optimizer.param_groups[0]["lr"])
-            loss = train_step(
-                replica, batch, loss_fn, optimizer, scheduler=scheduler
-            )
-            result.step_loss.append(loss)
-            step += 1
-            bar.update()
-            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)
-            if step % config.save_every and step != config.steps:
-                continue
-            if valid is not None:
-                valid_loss = evaluate(model, valid, loss_fn)
-                result.valid_loss.append((step, valid_loss))
-            if step >= first_saved and main:
-                path = out_dir / f"step-{step:06d}.pt"
-                result.translator.save(path, step=step)
-                result.checkpoints.append(path)
+
+    def on_step(step: int, loss: float) -> None:
+        if step % config.save_every and step != config.steps:
+            return
+        if valid is not None:
+            result.valid_loss.append((step, evaluate(model, valid, objective)))
+        if step >= first_saved and main:
+            path = out_dir / f"step-{step:06d}.pt"
+            result.translator.save(path, step=step)
+            result.checkpoints.append(path)
+
+    return on_step
 
 
 def train(
@@ -333,6 +329,7 @@ def train(
     )
     V, eps = tgt_tok.vocab_size, config.smoothing
     loss_fn = LabelSmoothingLoss(V, PAD_ID, eps, reduction="sum")
+    objective = seq2seq_loss(loss_fn)
     if min(config.batch_size, len(pairs)) < world()[1]:
         raise ValueError(
             f"{world()[1]} processes need batches of at least as many "
@@ -345,13 +342,15 @@ def train(
         )
         valid = bucket_batches(*valid_ids, config.batch_size, config.seed)
     result = TrainResult(Translator(model, src_tok, tgt_tok), [])
-    bar = progress_bar(config.steps, "train", progress and is_main_process())
+    options = TrainOptions(progress=progress and is_main_process())
     start, cpu_start = time.perf_counter(), time.process_time()
-    _run_steps(
-        replica, (src_ids, tgt_ids), valid, loss_fn, optimizer, scheduler,
-        config, out_dir, result, bar,
+    history = fit(
+        replica, _endless_batches((src_ids, tgt_ids), config), objective,
+        optimizer, scheduler=scheduler, epochs=1, max_steps=config.steps,
+        options=options, on_step=_every_save(valid, objective, config,
+                                             out_dir, result),
     )  # fmt: skip
-    bar.close()
+    result.step_loss, result.lr = history.step_loss, history.lr
     result.seconds = time.perf_counter() - start
     result.cpu_seconds = time.process_time() - cpu_start
     model.eval()

@@ -1,11 +1,12 @@
-"""Training tier (chapters 6-8): batches, the loss, the schedule, the one
-training step, the loop, checkpoints and data parallelism.
+"""Training tier (chapters 6-8, and the training of 10 and 11): batches,
+losses and objectives, the schedule, the one training step, the one
+loop, checkpoints and data parallelism.
 
 Built on the core (the model, masks and decoding); nothing in the core
 imports this package.
 """
 
-from transformer_lite.training.batch import Batch
+from transformer_lite.training.batch import Batch, Examples
 from transformer_lite.training.checkpoint import (
     average_checkpoints,
     load_checkpoint,
@@ -13,8 +14,10 @@ from transformer_lite.training.checkpoint import (
 )
 from transformer_lite.training.loop import History, evaluate, fit, train_epoch
 from transformer_lite.training.loss import LabelSmoothingLoss
+from transformer_lite.training.objectives import seq2seq_loss, supervised_loss
 from transformer_lite.training.schedule import noam_lr, noam_scheduler
 from transformer_lite.training.step import (
+    TrainOptions,
     autocast,
     check_amp,
     grad_scaler,
@@ -23,8 +26,10 @@ from transformer_lite.training.step import (
 
 __all__ = [
     "Batch",
+    "Examples",
     "History",
     "LabelSmoothingLoss",
+    "TrainOptions",
     "autocast",
     "average_checkpoints",
     "check_amp",
@@ -35,6 +40,8 @@ __all__ = [
     "noam_lr",
     "noam_scheduler",
     "save_checkpoint",
+    "seq2seq_loss",
+    "supervised_loss",
     "train_epoch",
     "train_step",
 ]

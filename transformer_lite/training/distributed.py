@@ -23,9 +23,10 @@ import warnings
 
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
 from transformer_lite.checks import check_real
-from transformer_lite.training.batch import Batch
+from transformer_lite.training.batch import Batch, Examples
 
 __all__ = [
     "init_distributed",
@@ -107,19 +108,27 @@ def init_distributed(
     return device
 
 
-def shard(batch: Batch, rank: int, world_size: int) -> Batch:
+def shard(batch: Batch | Examples, rank: int, world_size: int):
     """This rank's share of a global batch: a contiguous block of rows,
     the blocks differing in size by one row at most.
 
     Shape:
-        batch.src: (B, S) -> (about B / world_size, S); likewise tgt.
+        batch.src: (B, S) -> (about B / world_size, S); likewise tgt, or
+        each of the inputs and the targets of :class:`Examples`.
     """
-    B = batch.src.size(0)
+    rows = batch.src if isinstance(batch, Batch) else batch.targets
+    B = rows.size(0)
     if not 0 <= rank < world_size or B < world_size:
         raise ValueError(
             f"cannot give rank {rank} of {world_size} a share of a batch "
             f"of {B} rows (need 0 <= rank < world_size <= B)"
         )
-    src = batch.src.tensor_split(world_size)[rank]  # (B / N, S)
-    tgt = batch.tgt.tensor_split(world_size)[rank]  # (B / N, T + 1)
-    return Batch(src, tgt, batch.pad_id)
+
+    def share(x: Tensor) -> Tensor:
+        return x.tensor_split(world_size)[rank]  # (about B / W, ...)
+
+    if isinstance(batch, Examples):
+        return Examples(tuple(share(x) for x in batch.inputs),
+                        share(batch.targets), batch.ignore_index,
+                        batch.starts_stream)  # fmt: skip
+    return Batch(share(batch.src), share(batch.tgt), batch.pad_id)

@@ -1,31 +1,30 @@
-"""The training loop (chapter 6): epochs of :func:`train_step`, validation
-and early stopping, with a progress bar.
+"""The training loop, for every model (chapters 6, 7, 10 and 11): epochs
+of the one step (:func:`~transformer_lite.training.step.train_step`),
+validation and early stopping, a callback after each step, a progress
+bar. What differs between models is the batch and the objective
+(:mod:`~transformer_lite.training.objectives`), not the loop.
 """
 
 import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
-from transformer_lite.checks import check_bool, check_int
+from transformer_lite.checks import check_int
 from transformer_lite.device import evaluating, module_device
-from transformer_lite.training.batch import Batch
+from transformer_lite.training.objectives import Objective
 from transformer_lite.training.progress import progress_bar
-from transformer_lite.training.step import (
-    LossFn,
-    check_amp,
-    check_clip_norm,
-    check_sum_loss,
-    train_step,
-)
+from transformer_lite.training.step import TrainOptions, check_step, take_step
 
 __all__ = ["History", "evaluate", "fit", "train_epoch"]
 
-Batches = Iterable[Batch] | Callable[[], Iterable[Batch]]
+Batches = Iterable[Any] | Callable[[], Iterable[Any]]
+OnStep = Callable[[int, float], None]  # (steps done, that step's loss)
 
 
 @dataclass
@@ -43,11 +42,11 @@ class History:
         return asdict(self)
 
 
-def _fresh(batches: Batches) -> Iterable[Batch]:
+def _fresh(batches: Batches) -> Iterable[Any]:
     return batches() if callable(batches) else batches
 
 
-def _groups(batches: Iterable[Batch], size: int) -> Iterator[list[Batch]]:
+def _groups(batches: Iterable[Any], size: int) -> Iterator[list[Any]]:
     group = []
     for batch in batches:
         group.append(batch)
@@ -58,67 +57,68 @@ def _groups(batches: Iterable[Batch], size: int) -> Iterator[list[Batch]]:
         yield group
 
 
-def _n_steps(batches: Iterable[Batch], accumulate: int) -> int | None:
-    if not hasattr(batches, "__len__"):
+def _n_steps(batches: Batches, accumulate: int) -> int | None:
+    if callable(batches) or not hasattr(batches, "__len__"):
         return None
     return math.ceil(len(batches) / accumulate)
 
 
-def _check_options(model, optimizer, loss_fn, *, accumulate, clip_norm,
-                   amp_dtype, progress) -> None:  # fmt: skip
-    """The options :func:`fit` and :func:`train_epoch` share, checked
-    before the first step (``loss_fn`` must return a sum)."""
-    if not isinstance(model, nn.Module):
-        raise ValueError(f"model must be an nn.Module, got {type(model)}")
-    if not isinstance(optimizer, Optimizer):
-        raise ValueError(f"optimizer must be an Optimizer: {optimizer!r}")
-    check_int("accumulate", accumulate, low=1)
-    check_clip_norm(clip_norm)
-    check_amp(module_device(model), amp_dtype)
-    check_bool("progress", progress)
-    check_sum_loss(loss_fn)
+@dataclass
+class _Run:
+    """One training run's checked arguments and its step count."""
+
+    model: nn.Module
+    objective: Objective
+    optimizer: Optimizer
+    scheduler: LRScheduler | None
+    options: TrainOptions
+    scaler: torch.amp.GradScaler
+    history: History | None
+    on_step: OnStep | None = None
+    max_steps: int | None = None
+    steps: int = 0
+
+    def done(self) -> bool:
+        return self.max_steps is not None and self.steps >= self.max_steps
 
 
-def _step_options(
-    scheduler: LRScheduler | None,
-    clip_norm: float | None,
-    amp_dtype: torch.dtype | None,
-    scaler: torch.amp.GradScaler | None,
-) -> dict:
-    """The keyword options :func:`train_step` takes from the loop."""
-    return dict(
-        scheduler=scheduler,
-        clip_norm=clip_norm,
-        amp_dtype=amp_dtype,
-        scaler=scaler,
-    )
+def _run(model, objective, optimizer, scheduler, options, scaler, history,
+         on_step=None, max_steps=None) -> _Run:  # fmt: skip
+    """The arguments of :func:`fit` and :func:`train_epoch`, checked once
+    for the whole run."""
+    options = TrainOptions() if options is None else options
+    scaler = check_step(model, objective, optimizer, options, scaler)
+    if on_step is not None and not callable(on_step):
+        raise ValueError(f"on_step must be callable, got {on_step!r}")
+    if max_steps is not None:
+        check_int("max_steps", max_steps, low=1)
+    return _Run(model, objective, optimizer, scheduler, options, scaler,
+                history, on_step, max_steps)  # fmt: skip
 
 
-def _epoch(
-    model: nn.Module,
-    batches: Iterable[Batch],
-    loss_fn: LossFn,
-    optimizer: Optimizer,
-    bar,
-    history: History | None,
-    accumulate: int,
-    **step_options,
-) -> float:
-    """Steps over ``batches``, reporting to ``bar``; the mean loss."""
+def _epoch(run: _Run, batches: Iterable[Any], bar) -> float:
+    """Steps over ``batches`` (groups of ``accumulate``), reporting to
+    ``bar``; the mean loss per target token."""
     total_loss, total_tokens = 0.0, 0
-    for group in _groups(batches, accumulate):
+    for group in _groups(batches, run.options.accumulate):
         n_tokens = sum(batch.n_tokens for batch in group)
         if n_tokens == 0:
             continue  # nothing to learn from
-        lr = optimizer.param_groups[0]["lr"]
-        loss = train_step(model, group, loss_fn, optimizer, **step_options)
+        lr = run.optimizer.param_groups[0]["lr"]
+        loss = take_step(run.model, group, run.objective, run.optimizer,
+                         run.scheduler, run.options, run.scaler)  # fmt: skip
+        run.steps += 1
         total_loss += loss * n_tokens
         total_tokens += n_tokens
-        if history is not None:
-            history.step_loss.append(loss)
-            history.lr.append(lr)
+        if run.history is not None:
+            run.history.step_loss.append(loss)
+            run.history.lr.append(lr)
         bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", refresh=False)
         bar.update()
+        if run.on_step is not None:
+            run.on_step(run.steps, loss)
+        if run.done():
+            break
     if total_tokens == 0:
         raise ValueError(
             "batches yielded no target tokens; for several epochs pass a "
@@ -130,116 +130,57 @@ def _epoch(
 def train_epoch(
     model: nn.Module,
     batches: Batches,
-    loss_fn: LossFn,
+    objective: Objective,
     optimizer: Optimizer,
     *,
     scheduler: LRScheduler | None = None,
-    clip_norm: float | None = 1.0,
-    accumulate: int = 1,
-    amp_dtype: torch.dtype | None = None,
+    options: TrainOptions | None = None,
     scaler: torch.amp.GradScaler | None = None,
-    progress: bool = True,
     history: History | None = None,
 ) -> float:
-    """One pass over ``batches``: a :func:`train_step` on every
-    ``accumulate`` consecutive batches (a last, shorter group also
-    steps). Batches without target tokens are skipped.
+    """One pass over ``batches``: a training step on every
+    ``options.accumulate`` consecutive batches (a last, shorter group
+    also steps). Batches without target tokens are skipped.
 
     Args:
-        batches: an iterable of :class:`Batch`, or a callable returning
-            one; each batch is moved to the model's device.
-        loss_fn, scheduler, clip_norm, amp_dtype, scaler: as
-            :func:`train_step` (``loss_fn`` returns a sum).
-        progress: show a progress bar where someone watches.
+        batches: an iterable of batches (:class:`Batch`,
+            :class:`Examples`), or a callable returning one; each batch
+            is moved to the model's device.
+        objective, scheduler, options, scaler: as
+            :func:`~transformer_lite.training.step.train_step`.
         history: if given, gets each step's loss and learning rate (of
             the first parameter group).
 
     Returns:
-        the mean training loss per non-pad target token.
+        the mean training loss per target token.
     """
-    _check_options(
-        model,
-        optimizer,
-        loss_fn,
-        accumulate=accumulate,
-        clip_norm=clip_norm,
-        amp_dtype=amp_dtype,
-        progress=progress,
-    )
-    batches = _fresh(batches)
-    steps = _n_steps(batches, accumulate)
-    options = _step_options(scheduler, clip_norm, amp_dtype, scaler)
-    with progress_bar(steps, "train", progress) as bar:
-        return _epoch(
-            model,
-            batches,
-            loss_fn,
-            optimizer,
-            bar,
-            history,
-            accumulate,
-            **options,
-        )
+    run = _run(model, objective, optimizer, scheduler, options, scaler,
+               history)  # fmt: skip
+    steps = _n_steps(batches, run.options.accumulate)
+    with progress_bar(steps, "train", run.options.progress) as bar:
+        return _epoch(run, _fresh(batches), bar)
 
 
-def evaluate(model: nn.Module, batches: Batches, loss_fn: LossFn) -> float:
-    """Mean loss per non-pad target token, in eval mode without gradients
-    (the model's mode is restored afterwards). ``loss_fn`` returns a sum,
-    as for :func:`train_step`."""
-    check_sum_loss(loss_fn)
+def evaluate(
+    model: nn.Module, batches: Batches, objective: Objective
+) -> float:
+    """Mean loss per target token, in eval mode without gradients (the
+    model's mode is restored afterwards). ``objective`` returns a sum,
+    as for :func:`~transformer_lite.training.step.train_step`."""
+    if not callable(objective):
+        raise ValueError(f"objective must be callable, got {objective!r}")
     device = module_device(model)
     total_loss, total_tokens = 0.0, 0
     with evaluating(model):
         for batch in _fresh(batches):
-            batch = batch.to(device)
-            logits = model(
-                batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
-            )  # (B, T, V)
-            total_loss += float(loss_fn(logits, batch.tgt_out))
+            total_loss += float(objective(model, batch.to(device)))
             total_tokens += batch.n_tokens
     if total_tokens == 0:
         raise ValueError("validation batches yielded no target tokens")
     return total_loss / total_tokens
 
 
-def fit(
-    model: nn.Module,
-    train_batches: Batches,
-    loss_fn: LossFn,
-    optimizer: Optimizer,
-    *,
-    scheduler: LRScheduler | None = None,
-    epochs: int = 10,
-    val_batches: Batches | None = None,
-    patience: int | None = None,
-    clip_norm: float | None = 1.0,
-    accumulate: int = 1,
-    amp_dtype: torch.dtype | None = None,
-    scaler: torch.amp.GradScaler | None = None,
-    progress: bool = True,
-) -> History:
-    """Train for ``epochs`` epochs (as :func:`train_epoch`), validating
-    after each one when ``val_batches`` is given (:func:`evaluate`).
-
-    Early stopping: with ``patience`` p, training stops after p epochs in a
-    row without a lower validation loss, and the weights of the best epoch
-    are loaded back at the end, whether or not it stopped early (the
-    optimizer and scheduler keep their latest state). One progress bar
-    counts the optimizer steps of all epochs.
-
-    Returns:
-        a :class:`History`; ``best_epoch`` indexes ``val_loss``.
-    """
-    _check_options(
-        model,
-        optimizer,
-        loss_fn,
-        accumulate=accumulate,
-        clip_norm=clip_norm,
-        amp_dtype=amp_dtype,
-        progress=progress,
-    )
-    check_int("epochs", epochs, low=1)
+def _check_patience(patience: int | None, val_batches) -> None:
     if patience is not None and (
         val_batches is None
         or isinstance(patience, bool)
@@ -250,41 +191,77 @@ def fit(
             f"patience must be an int >= 1 and needs val_batches, got "
             f"patience={patience!r}"
         )
-    steps = (
-        None
-        if callable(train_batches)
-        else _n_steps(train_batches, accumulate)
-    )
-    options = _step_options(scheduler, clip_norm, amp_dtype, scaler)
+
+
+def _copy_state(model: nn.Module) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def fit(
+    model: nn.Module,
+    train_batches: Batches,
+    objective: Objective,
+    optimizer: Optimizer,
+    *,
+    scheduler: LRScheduler | None = None,
+    epochs: int = 10,
+    max_steps: int | None = None,
+    val_batches: Batches | None = None,
+    patience: int | None = None,
+    options: TrainOptions | None = None,
+    scaler: torch.amp.GradScaler | None = None,
+    on_step: OnStep | None = None,
+) -> History:
+    """Train for ``epochs`` epochs (as :func:`train_epoch`), validating
+    after each one when ``val_batches`` is given (:func:`evaluate`).
+
+    Early stopping: with ``patience`` p, training stops after p epochs in a
+    row without a lower validation loss, and the weights of the best epoch
+    are loaded back at the end, whether or not it stopped early (the
+    optimizer and scheduler keep their latest state). One progress bar
+    counts the optimizer steps of all epochs.
+
+    Args:
+        train_batches: an iterable of batches, or a callable returning a
+            fresh one for each epoch (an iterator serves one epoch).
+        objective: (model, batch) -> the summed loss
+            (:mod:`~transformer_lite.training.objectives`).
+        max_steps: stop after this many optimizer steps, even within an
+            epoch (for a stream of batches that does not end).
+        options: :class:`~transformer_lite.training.step.TrainOptions`,
+            checked once for the run; None: the defaults.
+        on_step: called as ``on_step(steps_done, loss)`` after every
+            step: to evaluate or save every so many steps.
+
+    Returns:
+        a :class:`History`; ``best_epoch`` indexes ``val_loss``.
+    """
     history = History()
-    best_loss, best_state = math.inf, None
-    with progress_bar(steps and steps * epochs, "fit", progress) as bar:
+    run = _run(model, objective, optimizer, scheduler, options, scaler,
+               history, on_step, max_steps)  # fmt: skip
+    check_int("epochs", epochs, low=1)
+    _check_patience(patience, val_batches)
+    steps = _n_steps(train_batches, run.options.accumulate)
+    total = max_steps or (steps and steps * epochs)
+    best_state = None
+    with progress_bar(total, "fit", run.options.progress) as bar:
         for epoch in range(epochs):
             bar.set_description(f"epoch {epoch + 1}/{epochs}")
-            history.train_loss.append(
-                _epoch(
-                    model,
-                    _fresh(train_batches),
-                    loss_fn,
-                    optimizer,
-                    bar,
-                    history,
-                    accumulate,
-                    **options,
+            history.train_loss.append(_epoch(run, _fresh(train_batches), bar))
+            if val_batches is not None:
+                history.val_loss.append(
+                    evaluate(model, val_batches, objective)
                 )
-            )
-            if val_batches is None:
-                continue
-            history.val_loss.append(evaluate(model, val_batches, loss_fn))
-            if history.val_loss[-1] < best_loss:
-                best_loss, history.best_epoch = history.val_loss[-1], epoch
-                if patience is not None:
-                    best_state = {
-                        k: v.detach().clone()
-                        for k, v in model.state_dict().items()
-                    }
-            elif patience and epoch - history.best_epoch >= patience:
-                history.stopped_early = True
+                if history.best_epoch is None or history.val_loss[-1] < min(
+                    history.val_loss[:-1]
+                ):
+                    history.best_epoch = epoch
+                    if patience is not None:
+                        best_state = _copy_state(model)
+                elif patience and epoch - history.best_epoch >= patience:
+                    history.stopped_early = True
+                    break
+            if run.done():
                 break
     if best_state is not None:
         model.load_state_dict(best_state)

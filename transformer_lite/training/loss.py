@@ -5,6 +5,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from transformer_lite.tokens import check_ids_here
+
 __all__ = ["LabelSmoothingLoss"]
 
 SPREADS = ("all", "others")  # where label smoothing puts its mass
@@ -105,6 +107,10 @@ class LabelSmoothingLoss(nn.Module):
             )
         if targets.dtype.is_floating_point or targets.dtype == torch.bool:
             raise ValueError(f"targets must be token ids, got {targets.dtype}")
+        # the ids' range where reading them costs nothing (the CPU): a
+        # target past V would otherwise fail deep in gather
+        rows = targets if targets.dim() == 2 else targets[None]  # (., L)
+        check_ids_here(rows, self.vocab_size, "targets")
 
     def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
         self._check(logits, targets)

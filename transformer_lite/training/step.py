@@ -1,9 +1,12 @@
-"""One training step, for every case (chapters 6, 7 and 8).
+"""One training step, for every model and every case (chapters 6, 7, 8,
+10 and 11).
 
 :func:`train_step` is the only place in the package where an optimizer
-steps. Its loss is the **sum** of the token losses of one or several
-batches divided by N, the number of non-pad target tokens in all of
-them. That one formula covers three cases that look different:
+steps. What it minimises comes from an objective
+(:mod:`~transformer_lite.training.objectives`): the **sum** of the token
+losses of one or several batches, which the step divides by N, the
+number of target tokens in all of them (each batch's ``n_tokens``).
+That one formula covers three cases that look different:
 
 * one batch: the mean loss per token, as usual;
 * gradient accumulation, several batches before one step: the same
@@ -41,29 +44,28 @@ may attend to nothing.
 
 import contextlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
-from torch import Tensor, nn
+from torch import nn
 from torch.optim import Optimizer
 from torch.optim.lr_scheduler import LRScheduler
 
+from transformer_lite.checks import check_bool, check_int
 from transformer_lite.device import module_device
-from transformer_lite.tokens import check_token_ids
-from transformer_lite.training.batch import Batch
 from transformer_lite.training.distributed import shard, world
+from transformer_lite.training.objectives import Objective
 
 __all__ = [
     "AMP_DTYPES",
-    "LossFn",
+    "TrainOptions",
     "autocast",
     "check_amp",
     "grad_scaler",
     "train_step",
 ]
-
-LossFn = Callable[[Tensor, Tensor], Tensor]  # (logits, targets) -> ()
 
 AMP_DTYPES = (torch.bfloat16, torch.float16)  # what autocast may compute in
 
@@ -80,11 +82,7 @@ def check_amp(
     if amp_dtype is None:
         return
     device = torch.device(device)
-    if amp_dtype not in AMP_DTYPES:
-        raise ValueError(
-            f"amp_dtype must be None, torch.bfloat16 or torch.float16, got "
-            f"{amp_dtype!r}"
-        )
+    _check_amp_dtype(amp_dtype)
     if amp_dtype == torch.float16 and device.type != "cuda":
         raise ValueError(
             f"float16 mixed precision needs loss scaling, which "
@@ -95,6 +93,14 @@ def check_amp(
         raise ValueError(f"torch.autocast does not support {device.type}")
 
 
+def _check_amp_dtype(amp_dtype: torch.dtype | None) -> None:
+    if amp_dtype is not None and amp_dtype not in AMP_DTYPES:
+        raise ValueError(
+            f"amp_dtype must be None, torch.bfloat16 or torch.float16, got "
+            f"{amp_dtype!r}"
+        )
+
+
 def autocast(
     device: torch.device | str, amp_dtype: torch.dtype | None
 ) -> contextlib.AbstractContextManager:
@@ -102,9 +108,14 @@ def autocast(
     does nothing when ``amp_dtype`` is None. Wrap the forward pass and
     the loss, not the backward pass."""
     check_amp(device, amp_dtype)
+    return _autocast(torch.device(device), amp_dtype)
+
+
+def _autocast(device: torch.device, amp_dtype: torch.dtype | None):
+    """:func:`autocast` for options already checked."""
     if amp_dtype is None:
         return contextlib.nullcontext()
-    return torch.autocast(torch.device(device).type, dtype=amp_dtype)
+    return torch.autocast(device.type, dtype=amp_dtype)
 
 
 def grad_scaler(
@@ -119,28 +130,6 @@ def grad_scaler(
     return torch.amp.GradScaler(torch.device(device).type, enabled=enabled)
 
 
-def check_sum_loss(loss_fn: LossFn) -> None:
-    """Refuse a loss function that says it averages: the step divides by
-    the token count itself (a mean would be divided twice)."""
-    reduction = getattr(loss_fn, "reduction", "sum")
-    if reduction != "sum":
-        raise ValueError(
-            "loss_fn must return the sum of the token losses "
-            f"(reduction='sum'), got reduction={reduction!r}; the training "
-            "step divides by the number of target tokens itself"
-        )
-
-
-def _check_ids(model: nn.Module, batch: Batch) -> None:
-    """The batch's ids inside the model's vocabularies, checked while the
-    batch is still on the CPU, where reading values costs no sync."""
-    config = getattr(getattr(model, "module", model), "config", None)
-    if config is None or batch.src.device.type != "cpu":
-        return
-    check_token_ids(batch.src, config.src_vocab, "batch.src")
-    check_token_ids(batch.tgt, config.tgt_vocab, "batch.tgt")
-
-
 def check_clip_norm(clip_norm: float | None) -> None:
     """None, or a positive finite number (not a bool)."""
     if clip_norm is not None and (
@@ -153,76 +142,147 @@ def check_clip_norm(clip_norm: float | None) -> None:
         )
 
 
-def _check_step(batches: list, clip_norm: float | None) -> None:
-    if not batches or not all(isinstance(b, Batch) for b in batches):
+@dataclass(frozen=True)
+class TrainOptions:
+    """How the step and the loop train, checked once, when built.
+
+    Attributes:
+        clip_norm: the largest gradient norm; None: no clipping.
+        accumulate: batches per optimizer step (the loop groups them;
+            :func:`train_step` takes its group explicitly).
+        amp_dtype: None (float32), ``torch.bfloat16``, or
+            ``torch.float16`` (CUDA only, with loss scaling).
+        progress: show a progress bar where someone watches (the loop).
+    """
+
+    clip_norm: float | None = 1.0
+    accumulate: int = 1
+    amp_dtype: torch.dtype | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        check_clip_norm(self.clip_norm)
+        check_int("accumulate", self.accumulate, low=1)
+        _check_amp_dtype(self.amp_dtype)
+        check_bool("progress", self.progress)
+
+
+def _check_batches(batches: list) -> None:
+    if not batches or not all(
+        isinstance(getattr(b, "n_tokens", None), int) and hasattr(b, "to")
+        for b in batches
+    ):
         raise ValueError(
-            "batches must be a Batch or a non-empty sequence of Batch, got "
+            "batches must be a batch (a Batch or Examples: n_tokens and "
+            "to(device)) or a non-empty sequence of them, got "
             f"{[type(b).__name__ for b in batches]}"
         )
-    check_clip_norm(clip_norm)
+
+
+def check_step(
+    model: nn.Module,
+    objective: Objective,
+    optimizer: Optimizer,
+    options: TrainOptions,
+    scaler: torch.amp.GradScaler | None,
+) -> torch.amp.GradScaler:
+    """Everything the step needs, checked once at the door (by
+    :func:`train_step`, or once per run by the loop); returns the scaler
+    to use, a disabled one when none is given."""
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model must be an nn.Module, got {type(model)}")
+    if not isinstance(optimizer, Optimizer):
+        raise ValueError(f"optimizer must be an Optimizer: {optimizer!r}")
+    if not callable(objective):
+        raise ValueError(
+            "objective must be a function (model, batch) -> the summed "
+            f"loss, e.g. seq2seq_loss(loss_fn); got {objective!r}"
+        )
+    if not isinstance(options, TrainOptions):
+        raise ValueError(f"options must be TrainOptions, got {options!r}")
+    device = module_device(model)
+    check_amp(device, options.amp_dtype)
+    if scaler is None:
+        scaler = grad_scaler(device, options.amp_dtype)
+    if options.amp_dtype == torch.float16 and not scaler.is_enabled():
+        raise ValueError("float16 needs a scaler: pass grad_scaler(...)")
+    W = world()[1]
+    if W > 1 and not isinstance(model, nn.parallel.DistributedDataParallel):
+        raise ValueError(
+            f"a process group of {W} is running: wrap the model in "
+            "DistributedDataParallel so that gradients are averaged"
+        )
+    return scaler
 
 
 def train_step(
     model: nn.Module,
-    batches: Batch | Sequence[Batch],
-    loss_fn: LossFn,
+    batches,
+    objective: Objective,
     optimizer: Optimizer,
     *,
     scheduler: LRScheduler | None = None,
-    clip_norm: float | None = 1.0,
-    amp_dtype: torch.dtype | None = None,
+    options: TrainOptions | None = None,
     scaler: torch.amp.GradScaler | None = None,
 ) -> float:
     """One optimizer step on one batch or, accumulating gradients, on
     several (the module docstring says why one formula serves all).
 
-    For each batch: the forward pass and the loss under :func:`autocast`,
-    then ``backward`` of loss_sum * W / N (W processes, N target tokens in
-    all the batches); with DDP the gradients are exchanged only after the
-    last batch. Then a check that the loss is finite, the gradient norm
-    clipped to ``clip_norm``, the optimizer and ``scheduler`` stepped.
+    For each batch: the forward pass and the objective under
+    :func:`autocast`, then ``backward`` of loss_sum * W / N (W
+    processes, N target tokens in all the batches); with DDP the
+    gradients are exchanged only after the last batch. Then a check that
+    the loss is finite, the gradient norm clipped to
+    ``options.clip_norm``, the optimizer and ``scheduler`` stepped.
 
     Args:
-        model: a :class:`~transformer_lite.model.Transformer`, or one
-            wrapped in ``DistributedDataParallel`` when a process group
-            exists; put in training mode.
-        batches: :class:`~transformer_lite.training.batch.Batch` objects,
-            each moved to the model's device. Under DDP, the whole
-            (global) batches: each process takes its own share.
-        loss_fn: (logits, targets) -> the **sum** over non-pad tokens,
-            e.g. ``LabelSmoothingLoss(..., reduction="sum")``.
+        model: put in training mode; under a process group, wrapped in
+            ``DistributedDataParallel``.
+        batches: a :class:`~transformer_lite.training.batch.Batch` or
+            :class:`~transformer_lite.training.batch.Examples` (anything
+            with ``n_tokens`` and ``to(device)``), or a list of them; each
+            is moved to the model's device. Under DDP, the whole (global)
+            batches: each process takes its own share.
+        objective: (model, batch) -> the **sum** of the token losses,
+            e.g. ``seq2seq_loss(LabelSmoothingLoss(..., reduction="sum"))``
+            (:mod:`~transformer_lite.training.objectives`).
         scheduler: stepped once after the optimizer, if given.
-        clip_norm: the largest gradient norm; None: no clipping.
-        amp_dtype: None (float32), ``torch.bfloat16``, or
-            ``torch.float16`` (CUDA; needs a ``scaler``).
+        options: :class:`TrainOptions` (its ``clip_norm`` and
+            ``amp_dtype``); None: the defaults.
         scaler: from :func:`grad_scaler`, kept across steps; None makes a
             disabled one (no scaling), which float16 refuses.
 
     Returns:
-        the mean loss per non-pad target token (over all processes).
+        the mean loss per target token (over all processes).
 
     Raises:
         FloatingPointError: if the loss is not finite; the optimizer has
             not stepped and the gradients are cleared.
     """
-    batches = [batches] if isinstance(batches, Batch) else list(batches)
-    _check_step(batches, clip_norm)
-    check_sum_loss(loss_fn)
+    if not isinstance(batches, Sequence):
+        batches = [batches]
+    batches = list(batches)
+    _check_batches(batches)
+    options = TrainOptions() if options is None else options
+    scaler = check_step(model, objective, optimizer, options, scaler)
+    return take_step(model, batches, objective, optimizer, scheduler,
+                     options, scaler)  # fmt: skip
+
+
+def take_step(
+    model: nn.Module,
+    batches: list,
+    objective: Objective,
+    optimizer: Optimizer,
+    scheduler: LRScheduler | None,
+    options: TrainOptions,
+    scaler: torch.amp.GradScaler,
+) -> float:
+    """:func:`train_step` for arguments already checked by
+    :func:`check_step` (the loop checks once per run, not once a step)."""
     device = module_device(model)
-    if scaler is None:
-        scaler = grad_scaler(device, amp_dtype)
-    check_amp(device, amp_dtype)
-    if amp_dtype == torch.float16 and not scaler.is_enabled():
-        raise ValueError("float16 needs a scaler: pass grad_scaler(...)")
     rank, W = world()
     ddp = isinstance(model, nn.parallel.DistributedDataParallel)
-    if W > 1 and not ddp:
-        raise ValueError(
-            f"a process group of {W} is running: wrap the model in "
-            "DistributedDataParallel so that gradients are averaged"
-        )
-    for batch in batches:
-        _check_ids(model, batch)
     N = sum(batch.n_tokens for batch in batches)  # the same on every rank
     if N == 0:
         raise ValueError("the batches hold no target tokens to learn from")
@@ -237,11 +297,8 @@ def train_step(
         # DDP exchanges gradients once, in the last batch's backward.
         sync = contextlib.nullcontext() if last or not ddp else model.no_sync()
         with sync:
-            with autocast(device, amp_dtype):
-                logits = model(
-                    batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask
-                )  # (B, T, V)
-                loss_sum = loss_fn(logits, batch.tgt_out)  # ()
+            with _autocast(device, options.amp_dtype):
+                loss_sum = objective(model, batch)  # ()
             scaler.scale(loss_sum * (W / N)).backward()
         sums.append(loss_sum.detach())
     total = torch.stack(sums).sum()
@@ -254,8 +311,8 @@ def train_step(
             f"training loss is {loss}; lower the learning rate"
         )
     scaler.unscale_(optimizer)  # true gradients, for clipping
-    if clip_norm is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+    if options.clip_norm is not None:
+        nn.utils.clip_grad_norm_(model.parameters(), options.clip_norm)
     scaler.step(optimizer)  # with float16: skipped if a gradient overflowed
     scaler.update()
     if scheduler is not None:
