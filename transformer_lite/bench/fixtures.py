@@ -46,6 +46,12 @@ class Sizes:
     query_chunk_size: int = 1024  # queries per block of chunked attention
     matmul_size: int = 2048  # n of the n x n products that measure the peak
 
+    def model_fields(self) -> dict:
+        """The sizes every benchmarked model shares: layers, widths,
+        heads and dropout (a model config's keyword arguments)."""
+        names = ("n_layers", "d_model", "d_ff", "n_heads", "dropout")
+        return {name: getattr(self, name) for name in names}
+
 
 QUICK = Sizes(  # tiny, for the smoke test: seconds, not minutes
     vocab=50,
@@ -85,16 +91,7 @@ GPU = Sizes(  # chosen on CUDA: large enough that the kernels, not their
 
 def our_model(s: Sizes) -> Transformer:
     """Our post-LN Transformer (the paper's layout) at sizes ``s``."""
-    return make_model(
-        s.vocab,
-        s.vocab,
-        n_layers=s.n_layers,
-        d_model=s.d_model,
-        d_ff=s.d_ff,
-        n_heads=s.n_heads,
-        dropout=s.dropout,
-        pad_id=PAD_ID,
-    )
+    return make_model(s.vocab, s.vocab, pad_id=PAD_ID, **s.model_fields())
 
 
 class TorchReference(nn.Module):

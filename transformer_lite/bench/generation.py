@@ -28,13 +28,7 @@ def our_lm(s: Sizes, new_tokens: int) -> LanguageModel:
     Transformer (its decoder without cross-attention), fused attention,
     RoPE, long enough for the prompt and ``new_tokens``."""
     return make_lm(
-        s.vocab,
-        n_layers=s.n_layers,
-        d_model=s.d_model,
-        d_ff=s.d_ff,
-        n_heads=s.n_heads,
-        dropout=s.dropout,
-        max_len=PROMPT_LEN + new_tokens,
+        s.vocab, max_len=PROMPT_LEN + new_tokens, **s.model_fields()
     )
 
 
