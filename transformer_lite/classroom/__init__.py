@@ -3,6 +3,7 @@ exercises that close every chapter, and the syllabus (objectives,
 prerequisites, measured times) that opens it. Nothing else in the
 package imports this tier; the chapters do."""
 
+from transformer_lite.classroom.exercises import exercise, forbid, outcomes
 from transformer_lite.classroom.grading import (
     WrongAnswer,
     expect,
@@ -17,10 +18,13 @@ __all__ = [
     "Chapter",
     "WrongAnswer",
     "chapter_card",
+    "exercise",
     "expect",
     "expect_close",
     "expect_equal",
     "expect_raises",
     "expect_tensor",
+    "forbid",
+    "outcomes",
     "syllabus",
 ]

@@ -32,7 +32,21 @@ __all__ = [
 
 
 class WrongAnswer(AssertionError):
-    """A graded check failed; the message says what is wrong."""
+    """A graded check failed; the message says what is wrong.
+
+    In a notebook it shows as its message alone, headed by the exercise
+    when one is known (``_render_traceback_``, which IPython calls in
+    place of printing the frames): the frames are the checkers', and a
+    student looking for what went wrong should not have to read them.
+    """
+
+    def __init__(self, message: str = "", *, exercise: str | None = None):
+        super().__init__(message)
+        self.exercise = exercise
+
+    def _render_traceback_(self) -> list[str]:
+        about = f" (exercise {self.exercise})" if self.exercise else ""
+        return [f"WrongAnswer{about}:", *str(self).splitlines()]
 
 
 def _fail(message: str, hint: str | None) -> None:

@@ -27,7 +27,14 @@ def watched() -> bool:
 
 def progress_bar(total: int | None, desc: str, show: bool = True) -> tqdm:
     """A ``tqdm`` bar that disappears when done (``leave=False``), shown
-    only if ``show`` and someone watches (:func:`watched`)."""
+    only if ``show`` and someone watches (:func:`watched`). It redraws at
+    most once a second: in a notebook every redraw is a message from the
+    kernel, and tqdm's default of ten a second sent over two thousand of
+    them during chapter 7's training cell, for no reader's benefit."""
     return tqdm(
-        total=total, desc=desc, disable=not (show and watched()), leave=False
+        total=total,
+        desc=desc,
+        disable=not (show and watched()),
+        leave=False,
+        mininterval=1.0,
     )
