@@ -28,9 +28,9 @@ def watched() -> bool:
 def progress_bar(total: int | None, desc: str, show: bool = True) -> tqdm:
     """A ``tqdm`` bar that disappears when done (``leave=False``), shown
     only if ``show`` and someone watches (:func:`watched`). It redraws at
-    most once a second: in a notebook every redraw is a message from the
-    kernel, and tqdm's default of ten a second sent over two thousand of
-    them during chapter 7's training cell, for no reader's benefit."""
+    most once a second, not tqdm's ten: in a notebook every redraw is a
+    message from the kernel, and a reader needs no more than one a
+    second, even in chapter 7's four-minute training cell."""
     return tqdm(
         total=total,
         desc=desc,
