@@ -3,7 +3,11 @@ nbgrader grades them. The instructor version (the reference solutions)
 scores full marks; the student edition, handed in untouched, scores zero
 without breaking the grader; and a planted wrong answer per chapter
 loses its exercise's points (and those of any exercise built on it),
-with the failure message its author wrote for that mistake."""
+with the failure message its author wrote for that mistake. Every check
+runs inside its exercise's ``exercise(...)`` block, and the cheats earn
+nothing: an answer that hands the work to the package's own twin, and
+one that returns a trivially related tensor, score zero on their
+exercise."""
 
 import json
 import os
@@ -22,7 +26,7 @@ pytest.importorskip("nbgrader")
 pytestmark = pytest.mark.classroom  # beside the chapters, in make nbval
 # CHAPTERS="01 03" grades those chapters only, while writing exercises
 CHAPTERS = assignments.chapters(os.environ.get("CHAPTERS", "").split())
-VERSIONS = ("instructor", "student", "planted")
+VERSIONS = ("instructor", "student", "planted", *assignments.CHEATS)
 REPORT = ROOT / "_build" / "classroom-grades.json"  # the scores, for review
 
 
@@ -48,15 +52,58 @@ def test_the_builder_explains_a_malformed_section(tmp_path):
         assignments.assignment(chapter)
 
 
-def planted_version(job, source: Path) -> nbformat.NotebookNode:
-    """The instructor version with exercise K's solution replaced."""
+def test_every_check_runs_inside_its_exercise():
+    for path in CHAPTERS:
+        job = assignments.assignment(path)
+        for check in job.checks:
+            number = f"{int(path.name[:2])}.{check.exercise}"
+            assert check.number == number, (
+                f"{path.name}: a check of exercise {number} runs inside "
+                f"exercise({check.number!r}) instead"
+            )
+
+
+def test_every_exercise_with_a_twin_is_cheated_both_ways():
+    """An exercise the package (or torch) answers has a cheat that
+    delegates to that twin and one that returns something trivial; a
+    delegating cheat belongs to an exercise that refuses its twin."""
+    for path in CHAPTERS:
+        job = assignments.assignment(path)
+        kinds = {}
+        for cheat in job.cheats:
+            kinds.setdefault(cheat.exercise, set()).add(cheat.kind)
+        for k in range(1, job.exercises + 1):
+            if job.twins(k):
+                assert kinds.get(k, set()) >= set(assignments.CHEATS), (
+                    f"{path.name}: exercise {k} has twins {job.twins(k)} "
+                    f"but cheats {sorted(kinds.get(k, ()))}"
+                )
+        for cheat in job.cheats:
+            if cheat.kind == "delegate":
+                assert job.twins(cheat.exercise), (
+                    f"{path.name}: exercise {cheat.exercise} is cheated by "
+                    "delegation, but its checks refuse no twin"
+                )
+
+
+def replaced(job, source: Path, answers: dict) -> nbformat.NotebookNode:
+    """The instructor version with the solutions of some exercises
+    replaced: ``answers`` maps an exercise (1-based) to its new code."""
     notebook = nbformat.read(source, as_version=4)
-    wanted = f"{job.name}-ex{job.planted.exercise}"
-    cells = [c for c in notebook.cells
-             if c.metadata["nbgrader"]["grade_id"] == wanted]  # fmt: skip
-    assert len(cells) == 1
-    cells[0].source = job.planted.code
+    for exercise, code in answers.items():
+        wanted = f"{job.name}-ex{exercise}"
+        cells = [c for c in notebook.cells
+                 if c.metadata["nbgrader"]["grade_id"] == wanted]  # fmt: skip
+        assert len(cells) == 1
+        cells[0].source = code
     return notebook
+
+
+def version_of(job, source: Path, version: str) -> nbformat.NotebookNode:
+    if version == "planted":
+        return replaced(job, source, {job.planted.exercise: job.planted.code})
+    cheats = {c.exercise: c.code for c in job.cheats if c.kind == version}
+    return replaced(job, source, cheats)
 
 
 @pytest.fixture(scope="module")
@@ -81,13 +128,19 @@ def graded(tmp_path_factory):
                 shutil.copy(source, target)
             elif version == "student":
                 shutil.copy(release, target)
+            elif version == "planted" or any(
+                c.kind == version for c in job.cheats
+            ):
+                nbformat.write(version_of(job, source, version), target)
             else:
-                nbformat.write(planted_version(job, source), target)
+                continue  # a chapter without cheats of this kind
             result = api.autograde(job.name, version, force=True, create=True)
             assert result["success"], result["log"]
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         for job in jobs:
             for version in VERSIONS:
+                if not (course / "submitted" / version / job.name).exists():
+                    continue
                 sub = gradebook.find_submission(job.name, version)
                 path = course / "autograded" / version / job.name
                 notebook = nbformat.read(path / f"{job.name}.ipynb", 4)
@@ -137,3 +190,27 @@ def test_nbgrader_scores_the_three_versions(graded, chapter):
     graded = [cell.metadata.get("nbgrader", {}) for cell in notebook.cells]
     lost = sum(g["points"] for g in graded if g.get("grade_id") in failed)
     assert score == top - lost < top
+
+
+@pytest.mark.parametrize("chapter", [p.name for p in CHAPTERS])
+@pytest.mark.parametrize("kind", assignments.CHEATS)
+def test_a_cheat_earns_nothing(graded, chapter, kind):
+    """Every check of a cheated exercise fails; a delegating answer is
+    refused as one ("asks you to write this yourself"), not by luck."""
+    name = "ch" + chapter[:2]
+    cheated = {c.exercise for c in graded[name, "instructor"][3].cheats
+               if c.kind == kind}  # fmt: skip
+    if not cheated:
+        pytest.skip(f"{chapter} has no {kind} cheat")
+    _, _, notebook, job = graded[name, kind]
+    failed = failures(notebook)
+    for exercise in sorted(cheated):
+        prefix = f"{name}-ex{exercise}-check"
+        checks = [c.metadata["nbgrader"]["grade_id"] for c in notebook.cells
+                  if c.metadata.get("nbgrader", {}).get("grade_id", "")
+                  .startswith(prefix)]  # fmt: skip
+        assert checks, f"{name}: exercise {exercise} has no check"
+        for gid in checks:
+            assert gid in failed, f"{kind} cheat of {gid} earned its points"
+            if kind == "delegate":
+                assert "write this yourself" in failed[gid], failed[gid]

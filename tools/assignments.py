@@ -18,6 +18,18 @@ reference solution passes its checks). Its cells have roles, given by tags:
   ``message: TEXT`` (what the failed check must say), then the code
   that replaces exercise K's solution cell. (jupytext writes a raw
   cell's lines behind ``# ``.)
+* ``cheat``: a raw cell like ``planted``, with ``kind: delegate`` or
+  ``kind: trivial`` as its second line: an answer that earns nothing
+  (one that hands the work to the package's own twin, or returns a
+  trivially related tensor: the input, zeros of the right shape, the
+  whole where a part is asked). The tests grade every cheat and require
+  zero points for its exercise.
+
+Every check runs inside ``with exercise("C.K", twins=[...], ...)``
+(:mod:`transformer_lite.classroom.exercises`), C the chapter and K the
+exercise: the twins it names (what would answer the exercise for the
+student) are read from there, and written into the check cell's
+metadata (``transformer_lite.twins``) for the tests.
 
 This script cuts that section out of each chapter, writes it as an nbgrader
 source notebook with the metadata nbgrader reads, and has nbgrader generate
@@ -31,6 +43,7 @@ Run: ``.venv/bin/python tools/assignments.py`` (``make assignments`` does);
 """
 
 import argparse
+import ast
 import os
 import re
 import shutil
@@ -45,7 +58,8 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 COURSE = ROOT / "_build" / "classroom"
 SECTION = "## Graded exercises"
-ROLES = ("exercise-setup", "solution", "check", "planted")
+ROLES = ("exercise-setup", "solution", "check", "planted", "cheat")
+CHEATS = ("delegate", "trivial")
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CONFIG = """c = get_config()  # noqa: F821 - nbgrader's config loader
 c.CourseDirectory.course_id = "transformer-lite"
@@ -64,6 +78,26 @@ class Planted:
 
 
 @dataclass
+class Cheat:
+    """An answer to one exercise that must earn no points."""
+
+    exercise: int  # 1-based
+    kind: str  # one of CHEATS
+    code: str
+
+
+@dataclass
+class Check:
+    """What one check cell declares: the exercise it checks (as written
+    in its ``exercise(...)`` block, None if it has none) and the twins
+    it refuses to the student's code."""
+
+    exercise: int  # 1-based, the exercise above the cell
+    number: str | None  # "C.K"
+    twins: tuple[str, ...]
+
+
+@dataclass
 class Assignment:
     """One chapter's graded exercises, as nbgrader source cells."""
 
@@ -73,6 +107,14 @@ class Assignment:
     points: int = 0
     exercises: int = 0
     planted: Planted | None = None
+    cheats: list = field(default_factory=list)
+    checks: list = field(default_factory=list)
+
+    def twins(self, exercise: int) -> tuple[str, ...]:
+        """The twins that exercise ``exercise``'s checks name."""
+        names = [t for c in self.checks if c.exercise == exercise
+                 for t in c.twins]  # fmt: skip
+        return tuple(dict.fromkeys(names))
 
 
 def tags(cell) -> set[str]:
@@ -131,6 +173,49 @@ def parse_planted(source: str, path: Path) -> Planted:
     return Planted(int(head[0].group(2)), head[1].group(2).strip(), code)
 
 
+def parse_cheat(source: str, path: Path) -> Cheat:
+    lines = source.splitlines()
+    head = [re.fullmatch(r"(exercise|kind): (.+)", x) for x in lines[:2]]
+    if not all(head) or [m.group(1) for m in head] != ["exercise", "kind"]:
+        raise ValueError(f"{path.name}: a cheat cell starts with "
+                         "'exercise: K' and 'kind: KIND'")  # fmt: skip
+    kind = head[1].group(2).strip()
+    if kind not in CHEATS:
+        raise ValueError(f"{path.name}: a cheat's kind is one of {CHEATS}, "
+                         f"not {kind!r}")  # fmt: skip
+    code = "\n".join(lines[2:]).strip() + "\n"
+    return Cheat(int(head[0].group(2)), kind, code)
+
+
+def parse_check(source: str, exercise: int, path: Path) -> Check:
+    """The ``exercise("C.K", twins=[...])`` block of a check cell."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.With):
+            continue
+        for item in node.items:
+            call = item.context_expr
+            if (isinstance(call, ast.Call)
+                    and isinstance(call.func, ast.Name)
+                    and call.func.id == "exercise"):  # fmt: skip
+                found.append(call)
+    if not found:
+        return Check(exercise, None, ())
+    if len(found) > 1:
+        raise ValueError(f"{path.name}: one exercise(...) block a check")
+    call = found[0]
+    if not call.args or not isinstance(call.args[0], ast.Constant):
+        raise ValueError(f"{path.name}: exercise(...) names its number "
+                         "as a string first")  # fmt: skip
+    twins = ()
+    for keyword in call.keywords:
+        if keyword.arg == "twins":
+            if not isinstance(keyword.value, (ast.List, ast.Tuple)):
+                raise ValueError(f"{path.name}: twins=[...] is a list")
+            twins = tuple(ast.unparse(e) for e in keyword.value.elts)
+    return Check(exercise, str(call.args[0].value), twins)
+
+
 def assignment(path: Path) -> Assignment:
     """Chapter ``path``'s graded section as an nbgrader source notebook."""
     name = "ch" + path.name[:2]
@@ -152,6 +237,11 @@ def assignment(path: Path) -> Assignment:
             if cell.cell_type != "raw" or job.planted is not None:
                 raise ValueError(f"{path.name}: one raw planted cell")
             job.planted = parse_planted(cell.source, path)
+            continue
+        if kind == "cheat":
+            if cell.cell_type != "raw":
+                raise ValueError(f"{path.name}: a cheat cell is a raw cell")
+            job.cheats.append(parse_cheat(cell.source, path))
             continue
         source = cell.source
         if cell.cell_type == "markdown":
@@ -179,9 +269,11 @@ def assignment(path: Path) -> Assignment:
             worth = points(cell)
             job.points += worth
             flags = dict(grade=True, points=worth)
-            job.cells.append(
-                v4.new_code_cell(source, metadata=meta(gid, **flags))
-            )
+            check = parse_check(source, job.exercises, path)
+            job.checks.append(check)
+            metadata = meta(gid, **flags)
+            metadata["transformer_lite"] = {"twins": list(check.twins)}
+            job.cells.append(v4.new_code_cell(source, metadata=metadata))
         else:  # exercise-setup, or any code the section shows
             gid = f"{name}-code-{len(job.cells)}"
             job.cells.append(v4.new_code_cell(source, metadata=meta(gid)))
@@ -191,6 +283,11 @@ def assignment(path: Path) -> Assignment:
     if planted is not None and not 1 <= planted.exercise <= job.exercises:
         raise ValueError(f"{path.name}: planted exercise {planted.exercise} "
                          f"of {job.exercises}")  # fmt: skip
+    for cheat in job.cheats:
+        if not 1 <= cheat.exercise <= job.exercises:
+            raise ValueError(f"{path.name}: a cheat for exercise "
+                             f"{cheat.exercise} of "
+                             f"{job.exercises}")  # fmt: skip
     return job
 
 
