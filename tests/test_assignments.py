@@ -37,6 +37,18 @@ def test_every_chapter_has_five_graded_exercises_and_a_planted_error():
         assert job.planted is not None, f"{path.name}: no planted answer"
 
 
+def test_the_student_edition_speaks_to_students():
+    """No word of the book's own folded solutions or of the classroom
+    edition as something else: the student holds it."""
+    for path in CHAPTERS:
+        job = assignments.assignment(path)
+        text = " ".join(c.source for c in job.cells
+                        if c.cell_type == "markdown").lower()  # fmt: skip
+        for words in ("classroom edition", "teaching page", "folded"):
+            assert words not in text, f"{path.name} says {words!r}"
+        assert "Shift+Enter" in job.cells[0].source
+
+
 def test_the_builder_explains_a_malformed_section(tmp_path):
     chapter = tmp_path / "99_bad.py"
     head = "# %% [markdown]\n# # 99. Bad\n\n# %% [markdown]\n"

@@ -25,6 +25,7 @@ ALLOWED_TAGS = {
     "solution",
     "check",
     "planted",
+    "cheat",
     *(f"points-{n}" for n in range(1, 6)),
 }
 
@@ -48,6 +49,24 @@ def test_chapter_has_pairing_header(path):
     assert set(notebook.metadata) <= {"jupytext", "kernelspec"}, (
         f"{path.name}: stray notebook metadata {set(notebook.metadata)}"
     )
+
+
+@pytest.mark.parametrize(
+    "path", [*CHAPTERS, NOTEBOOKS / "teaching.py"], ids=lambda p: p.name
+)
+def test_saving_in_jupyterlab_leaves_the_header_as_it_is(path):
+    """JupyterLab writes the running kernel's spec into the notebook it
+    saves: the tracked one is that spec, so opening and saving a chapter
+    makes no diff."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    spec = KernelSpecManager().get_kernel_spec("python3")
+    notebook = jupytext.read(path)
+    assert notebook.metadata["kernelspec"] == {
+        "name": "python3",
+        "display_name": spec.display_name,
+        "language": spec.language,
+    }
 
 
 CELL_MARKER = re.compile(r"^# %%(?P<rest>.*)$")

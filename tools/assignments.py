@@ -157,6 +157,33 @@ def graded_section(path: Path) -> tuple[str, list]:
     return title, notebook.cells[start:]
 
 
+# The sentence every section opens with for the book's readers; a student
+# holding the assignment has no folded solutions and is in the classroom.
+FOR_READERS = re.compile(
+    r"\s*In the book the reference solutions are folded: try first, then "
+    r"open them\. The classroom edition \(the teaching page\) hands out the "
+    r"same exercises (?:with the solutions removed|without the solutions), "
+    r"and nbgrader scores them\."
+)
+HOW_TO = (
+    "Fill in every cell that says `YOUR CODE HERE` (delete the "
+    "`raise NotImplementedError()`). Run the cells one at a time, from "
+    "the top, with Shift+Enter: each check below an exercise says in "
+    "one line that it passed, or what is wrong and a hint. *Run All* "
+    "stops at the first check that fails, so use it only to run what "
+    "you have finished; the *Validate* button runs every check and "
+    "lists the ones that fail. The read-only cells cannot be changed."
+)
+
+
+def for_students(source: str) -> str:
+    """The section's opening text without the book readers' sentence
+    (the tests check that nothing of it is left)."""
+    heading, *lines = source.splitlines()
+    flat = " ".join(line.strip() for line in lines)
+    return heading + "\n\n" + FOR_READERS.sub("", flat).strip() + "\n"
+
+
 def meta(grade_id: str, **flags) -> dict:
     nbgrader = dict(grade=False, locked=True, solution=False, task=False)
     nbgrader.update(flags, grade_id=grade_id, schema_version=3)
@@ -223,14 +250,12 @@ def assignment(path: Path) -> Assignment:
     job = Assignment(name, title)
     v4 = nbformat.v4
     job.cells.append(v4.new_markdown_cell(
-        f"# {title}: graded exercises\n\n"
-        "Fill in every cell that says `YOUR CODE HERE` (delete the "
-        "`raise NotImplementedError()`), then run the notebook from the "
-        "top. Each check below an exercise tells you what is wrong, if "
-        "anything; the read-only cells cannot be changed.",
+        f"# {title}: graded exercises\n\n{HOW_TO}",
         metadata=meta(f"{name}-title"),
     ))  # fmt: skip
     checks_of_last = None
+    cells = [cells[0].copy(), *cells[1:]]
+    cells[0].source = for_students(cells[0].source)
     for cell in cells:
         kind = role(cell)
         if kind == "planted":
@@ -302,7 +327,8 @@ def chapters(selected: list[str] | None = None) -> list[Path]:
 def write_source(job: Assignment, course: Path) -> Path:
     notebook = nbformat.v4.new_notebook(cells=job.cells)
     notebook.metadata["kernelspec"] = {
-        "name": "python3", "display_name": "Python 3", "language": "python"
+        "name": "python3", "display_name": "Python 3 (ipykernel)",
+        "language": "python",
     }  # fmt: skip
     out = course / "source" / job.name / f"{job.name}.ipynb"
     out.parent.mkdir(parents=True, exist_ok=True)
