@@ -935,7 +935,8 @@ assert torch.equal(local_mask(10, 1)[0], torch.eye(10, dtype=torch.bool))
 # %% [markdown]
 # ## Graded exercises
 #
-# Seven exercises, each with a check that runs when you run its cell.
+# Nine exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1278,6 +1279,70 @@ with exercise("2.7"):
            f"output 0 did not move when input {P - 1} changed",
            hint="inside the prompt every query sees every prompt key, the "
            "later ones too")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 2.8: predict, then run (1 point)
+#
+# Decide before you run the cell below it. A query whose keys are *all*
+# masked has every score replaced by the same large negative number;
+# here we use $-10^9$, as many codebases do, in float32. What does
+# the softmax give that row? Set `prediction` to one of the strings
+# `"zeros"` (every weight 0), `"uniform"` (every weight $1/L_k$) or
+# `"nan"`; then run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = "uniform"
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: one query, four keys, every one of them masked.
+
+# %%
+scores = torch.tensor([[0.3, -1.2, 2.0, 0.5]])  # (1, Lk)
+nobody = torch.zeros(1, 4, dtype=torch.bool)  # (1, Lk): no key allowed
+weights = scores.masked_fill(~nobody, -1e9).softmax(dim=-1)
+print(weights)
+
+# %% tags=["check", "hide-input"]
+with exercise("2.8", prediction=True):
+    expect(prediction in ("zeros", "uniform", "nan"),
+           f"prediction is {prediction!r}: choose one of \"zeros\", "
+           f"\"uniform\" or \"nan\"")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(prediction == "uniform",
+           f"the row came out {weights.tolist()}, not {prediction!r}",
+           hint="every score is the same number, -1e9, and a softmax "
+           "of equal scores is uniform whatever their value: a finite "
+           "fill hides the empty row instead of zeroing it")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 2.9: NaN or zeros? (2 points, written)
+#
+# PyTorch's own attention fills forbidden scores with $-\infty$, and a
+# query with no allowed key comes out NaN; your `masked_softmax` gives
+# it all-zero weights. In two to four sentences: why does the first
+# give NaN, and which behaviour would you want in a decoder trained on
+# padded batches, and why?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# With every score $-\infty$, the softmax divides $e^{-\infty} \cdot 0$
+# by a sum of zeros: $0/0$, which is NaN. In training, a NaN in one
+# padded query's output reaches the loss through the layers above it
+# and its gradient turns every weight into NaN, even though the query
+# is padding whose output nobody reads; all-zero weights keep that
+# query's output finite and its gradient zero, so zeros are the safe
+# choice (a uniform row, from a finite fill, would instead mix the
+# padding's values into it).
+#
+# *Rubric (2 points).* 1 point: the NaN is $0/0$ (or "the
+# normaliser is zero") for a row of $-\infty$. 1 point: prefers zeros
+# (or a finite, ignored output) *because* a NaN spreads through the
+# loss and the gradients to the whole model; naming that padded
+# queries' outputs are discarded anyway is enough for the reason.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 4

@@ -183,10 +183,12 @@ def failures(notebook) -> dict[str, str]:
 
 @pytest.mark.parametrize("chapter", [p.name for p in CHAPTERS])
 def test_nbgrader_scores_the_three_versions(graded, chapter):
+    """The written answers are marked by hand: nbgrader counts their
+    points in the maximum and none of them before a teacher marks."""
     name = "ch" + chapter[:2]
     score, top, notebook, job = graded[name, "instructor"]
-    assert top == job.points > 0
-    assert score == top, failures(notebook)
+    assert top == job.points + job.manual_points and job.points > 0
+    assert score == job.points, failures(notebook)
     score, _, notebook, _ = graded[name, "student"]
     assert score == 0
     assert all("NotImplementedError" in text or "NameError" in text
@@ -201,7 +203,26 @@ def test_nbgrader_scores_the_three_versions(graded, chapter):
     )  # a later exercise that builds on this one may fail too
     graded = [cell.metadata.get("nbgrader", {}) for cell in notebook.cells]
     lost = sum(g["points"] for g in graded if g.get("grade_id") in failed)
-    assert score == top - lost < top
+    assert score == job.points - lost < job.points
+
+
+@pytest.mark.parametrize("chapter", [p.name for p in CHAPTERS])
+def test_a_written_answer_is_the_students_to_write(graded, chapter):
+    """The instructor version keeps the model answer and its rubric; the
+    student edition leaves the answer cell to the student."""
+    name = "ch" + chapter[:2]
+    job = graded[name, "instructor"][3]
+    if not job.written:
+        pytest.skip(f"{chapter} asks no written question")
+    for version, present in (("instructor", True), ("student", False)):
+        notebook = graded[name, version][2]
+        answers = [c.source for c in notebook.cells
+                   if c.metadata.get("nbgrader", {}).get("grade_id", "")
+                   .endswith("-written")]  # fmt: skip
+        assert len(answers) == job.written
+        for answer in answers:
+            assert ("Rubric" in answer) is present, answer[:80]
+            assert ("YOUR ANSWER HERE" in answer) is not present
 
 
 @pytest.mark.parametrize("chapter", [p.name for p in CHAPTERS])

@@ -220,3 +220,20 @@ with forbid("2.1", [padding_mask]):
 """, "<cell f>", "exec"), namespace)  # fmt: skip
     assert capsys.readouterr().out == ""
     assert F.softmax is torch.nn.functional.softmax
+
+
+def test_a_name_the_check_cannot_find_says_to_run_the_cells_above():
+    with pytest.raises(WrongAnswer, match="Run the cells above") as e:
+        notebook(CHECK)  # make_padding_mask was never defined
+    assert "NameError" in str(e.value)
+
+
+def test_a_prediction_is_recorded_not_praised(capsys):
+    notebook(
+        'prediction = "uniform"',
+        """
+with exercise("2.8", prediction=True):
+    expect_equal("prediction", prediction, "uniform")
+""",
+    )
+    assert "prediction recorded" in capsys.readouterr().out

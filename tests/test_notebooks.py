@@ -26,6 +26,8 @@ ALLOWED_TAGS = {
     "check",
     "planted",
     "cheat",
+    "prediction",
+    "written",
     *(f"points-{n}" for n in range(1, 6)),
 }
 

@@ -13,6 +13,16 @@ reference solution passes its checks). Its cells have roles, given by tags:
   numbered in order: exercise 1, 2, ...
 * ``check``: a graded check of the exercise above it, worth one point,
   or N with a ``points-N`` tag; read-only.
+* ``prediction``, a second tag on a solution cell: the exercise asks the
+  student to commit to a number or a choice (``prediction = ...``)
+  before the cell below runs the experiment; its check grades the
+  prediction within a tolerance or against the choice.
+* ``written``: a markdown cell after a written question's statement,
+  holding a model answer and the rubric, in a MyST dropdown (folded in
+  the book). In the assignment it becomes the student's answer cell,
+  graded by hand (``points-N``, default 1): the instructor version keeps
+  the model answer and the rubric, the student edition says ``YOUR
+  ANSWER HERE``. A written question counts as an exercise with no check.
 * ``planted``: a raw cell, never run nor shown, that holds a wrong answer
   for the tests: a first line ``exercise: K``, a second line
   ``message: TEXT`` (what the failed check must say), then the code
@@ -58,7 +68,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 COURSE = ROOT / "_build" / "classroom"
 SECTION = "## Graded exercises"
-ROLES = ("exercise-setup", "solution", "check", "planted", "cheat")
+ROLES = ("exercise-setup", "solution", "check", "planted", "cheat", "written")
 CHEATS = ("delegate", "trivial")
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 CONFIG = """c = get_config()  # noqa: F821 - nbgrader's config loader
@@ -109,6 +119,9 @@ class Assignment:
     planted: Planted | None = None
     cheats: list = field(default_factory=list)
     checks: list = field(default_factory=list)
+    predictions: int = 0  # exercises tagged "prediction"
+    written: int = 0  # written questions, graded by hand
+    manual_points: int = 0  # their points (not in ``points``)
 
     def twins(self, exercise: int) -> tuple[str, ...]:
         """The twins that exercise ``exercise``'s checks name."""
@@ -182,6 +195,17 @@ def for_students(source: str) -> str:
     heading, *lines = source.splitlines()
     flat = " ".join(line.strip() for line in lines)
     return heading + "\n\n" + FOR_READERS.sub("", flat).strip() + "\n"
+
+
+DROPDOWN = re.compile(r"^(```+|:::+)\{dropdown\}.*$|^(```+|:::+)$", re.M)
+
+
+def written_answer(source: str) -> str:
+    """A ``written`` cell's model answer and rubric, without the dropdown
+    that folds them in the book, between nbgrader's solution markers
+    (which the student edition replaces by ``YOUR ANSWER HERE``)."""
+    body = DROPDOWN.sub("", source).strip()
+    return f"{BEGIN}\n\n{body}\n\n{END}"
 
 
 def meta(grade_id: str, **flags) -> dict:
@@ -269,7 +293,24 @@ def assignment(path: Path) -> Assignment:
             job.cheats.append(parse_cheat(cell.source, path))
             continue
         source = cell.source
-        if cell.cell_type == "markdown":
+        if kind == "written":
+            if cell.cell_type != "markdown":
+                raise ValueError(f"{path.name}: a written answer is markdown")
+            if checks_of_last == 0:
+                raise ValueError(f"{path.name}: exercise {job.exercises} "
+                                 "has no check")  # fmt: skip
+            job.exercises += 1
+            job.written += 1
+            checks_of_last = None  # a written question has no check
+            worth = points(cell)
+            job.manual_points += worth
+            gid = f"{name}-ex{job.exercises}-written"
+            flags = dict(solution=True, grade=True, locked=False,
+                         points=worth)  # fmt: skip
+            job.cells.append(v4.new_markdown_cell(
+                written_answer(source), metadata=meta(gid, **flags)
+            ))  # fmt: skip
+        elif cell.cell_type == "markdown":
             gid = f"{name}-text-{len(job.cells)}"
             job.cells.append(v4.new_markdown_cell(source, metadata=meta(gid)))
         elif kind == "solution":
@@ -280,6 +321,7 @@ def assignment(path: Path) -> Assignment:
                 raise ValueError(f"{path.name}: exercise {job.exercises} "
                                  "has no check")  # fmt: skip
             job.exercises += 1
+            job.predictions += "prediction" in tags(cell)
             checks_of_last = 0
             gid = f"{name}-ex{job.exercises}"
             flags = dict(solution=True, locked=False)

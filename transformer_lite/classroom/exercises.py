@@ -6,7 +6,7 @@ A check cell wraps its checks in :func:`exercise`::
         expect_equal("make_causal_mask(5)", make_causal_mask(5),
                      causal_mask(5))
 
-and the block gives the student four things the bare checks do not:
+and the block gives the student these, which the bare checks do not:
 
 - **No answer by delegation.** While the block runs, each of ``twins``
   (the package's own answer to the exercise, or a torch function the
@@ -21,6 +21,11 @@ and the block gives the student four things the bare checks do not:
   NotImplementedError()``, which the student edition puts in every
   solution) says that the exercise is not done yet; a passing block says
   so in one line.
+- **A missing name told as such**: a check that meets a name nobody
+  defined yet (the student's function, or ``prediction``) says to run
+  the cells above it first; ``prediction=True`` says, when the check
+  passes, that a prediction is marked on handing in (its check is in
+  nbgrader's hidden tests).
 - **The cause, when it is an earlier exercise**: if the block fails and an
   exercise named in ``after`` did not pass, the message says to fix that
   one first (a correct answer never loses its point for an earlier one).
@@ -248,6 +253,7 @@ class exercise:
     twins: Iterable[object] = ()
     after: Iterable[str] = ()
     quiet: bool = False
+    prediction: bool = False  # a prediction, marked when handed in
 
     def __post_init__(self) -> None:
         self.after = tuple(str(n) for n in self.after)
@@ -265,7 +271,12 @@ class exercise:
             kind, error = WrongAnswer, refused
         if error is None:
             _OUTCOMES[self.number] = True
-            if not self.quiet:
+            if self.quiet:
+                return False
+            if self.prediction:
+                print(f"Exercise {self.number}: prediction recorded; it "
+                      "is marked when you hand the notebook in.")  # fmt: skip
+            else:
                 print(f"Exercise {self.number}: every check passed.")
             return False
         _OUTCOMES[self.number] = False
@@ -288,4 +299,17 @@ class exercise:
                 ) from None
             error.exercise = error.exercise or self.number
             raise error.with_traceback(None) from None
+        if isinstance(error, NameError) and self._raised_here(traceback):
+            raise WrongAnswer(
+                f"exercise {self.number}: {error} (a NameError). Run the "
+                "cells above this one first, your solution cell included.",
+                exercise=self.number,
+            ) from None
         return False  # another error: the student's own, shown in full
+
+    def _raised_here(self, traceback) -> bool:
+        """The error was raised by the check's own code (a name it uses
+        is missing), not inside a function the student wrote."""
+        while traceback.tb_next is not None:
+            traceback = traceback.tb_next
+        return traceback.tb_frame.f_code is self._forbid._check_code
