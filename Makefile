@@ -14,6 +14,7 @@ IPYNB  := $(NOTEBOOKS:.py=.ipynb)
 .DEFAULT_GOAL := help
 .PHONY: help install test contracts unit nbval seed-sweep book \
   browser-test lab lint bench gpu-check clean assignments slides \
+  student-kit student-lab \
   chapter-times
 
 help:  ## list the targets
@@ -68,6 +69,14 @@ nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a tes
 
 assignments: install  ## the graded exercises as nbgrader assignments (_build/classroom)
 	$(BIN)/python tools/assignments.py
+
+# What a class on laptops without a network is given: the student edition,
+# the package as a wheel, the pins, and how to install them (README.txt).
+student-kit: install  ## the student edition to hand out, offline (_build/student-kit)
+	$(BIN)/python tools/assignments.py --kit _build/student-kit
+
+student-lab: student-kit  ## JupyterLab on the student edition alone, as a student sees it
+	$(BIN)/jupyter lab $(ALLOW_ROOT) _build/student-kit/assignments
 
 chapter-times: install  ## the syllabus's running times, from the last make nbval
 	$(BIN)/python tools/chapter_times.py

@@ -247,3 +247,42 @@ def test_a_cheat_earns_nothing(graded, chapter, kind):
             assert gid in failed, f"{kind} cheat of {gid} earned its points"
             if kind == "delegate":
                 assert "write this yourself" in failed[gid], failed[gid]
+
+
+def test_the_student_kit_holds_what_a_laptop_needs_and_no_solution(tmp_path):
+    """The kit (make student-kit) for a class without a network: the
+    student edition, the package as a wheel that installs and imports on
+    its own, the pins without the developers' tools; not one reference
+    solution, hidden test or rubric."""
+    import subprocess
+    import zipfile
+
+    course = tmp_path / "course"
+    assignments.build(CHAPTERS, course)
+    kit = assignments.kit(course, tmp_path / "kit")
+    for path in CHAPTERS:
+        name = "ch" + path.name[:2]
+        assert (kit / "assignments" / name / f"{name}.ipynb").is_file()
+    for notebook in (kit / "assignments").rglob("*.ipynb"):
+        text = notebook.read_text()
+        for secret in ("BEGIN SOLUTION", "HIDDEN TESTS", "Rubric"):
+            assert secret not in text, f"{notebook.name} holds {secret!r}"
+    pins = (kit / "requirements.txt").read_text()
+    assert "torch==" in pins and "nbgrader==" in pins
+    assert "pytest" not in pins and "jupyter-book" not in pins
+    (wheel,) = (kit / "wheels").glob("transformer_lite-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "transformer_lite/classroom/syllabus.json" in names
+    assert not [n for n in names if n.endswith((".ipynb", ".py"))
+                and not n.startswith("transformer_lite/")]  # fmt: skip
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                    "--no-deps", "--no-index", "--target", str(target),
+                    str(wheel)], check=True)  # fmt: skip
+    where = subprocess.run(
+        [sys.executable, "-c", "import transformer_lite.classroom as c; "
+         "print(c.__file__); print(len(c.syllabus()))"],
+        env={**os.environ, "PYTHONPATH": str(target)}, cwd=tmp_path,
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert where[0].startswith(str(target)) and int(where[1]) >= 12

@@ -49,7 +49,11 @@ the student edition (solutions removed):
     _build/classroom/release/chNN/chNN.ipynb   student edition
 
 Run: ``.venv/bin/python tools/assignments.py`` (``make assignments`` does);
-``--chapters 01 03`` builds some only.
+``--chapters 01 03`` builds some only. ``--kit DIR`` (``make student-kit``)
+also writes what a class on laptops without a network needs, and nothing a
+student should not see: the student edition, the package as a wheel, the
+pinned requirements without the developers' tools, and how to install and
+start (``README.txt``).
 """
 
 import argparse
@@ -57,6 +61,7 @@ import ast
 import os
 import re
 import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -400,6 +405,57 @@ def build(paths: list[Path], course: Path = COURSE) -> list[Assignment]:
     return jobs
 
 
+KIT_README = """\
+transformer-lite: the graded exercises, student edition
+=======================================================
+
+assignments/chNN/chNN.ipynb   one notebook per chapter, to fill in
+wheels/                       the transformer_lite package (and, once
+                              the teacher has downloaded them, every
+                              pinned package: see below)
+requirements.txt              the versions the notebooks were tested with
+
+Once, where a network is at hand (the teacher, for the whole class):
+
+    python3 -m pip download -r requirements.txt -d wheels
+
+Then on each laptop, with no network needed (Python 3.10 or later):
+
+    python3 -m venv .venv
+    .venv/bin/pip install --no-index --find-links wheels \\
+        -r requirements.txt wheels/transformer_lite-*.whl
+    .venv/bin/jupyter lab assignments
+
+(On Windows: .venv\\Scripts\\pip and .venv\\Scripts\\jupyter.)
+Open a chapter's notebook, fill in every cell that says YOUR CODE
+HERE and run the cells one at a time with Shift+Enter: each check says
+whether your answer passed, and what is wrong if not. Hand in the
+notebook as your teacher asks (a file share, a USB stick).
+"""
+DEVELOPERS = "# Tests, lint and the book"  # requirements.txt's tail
+
+
+def kit(course: Path, out: Path) -> Path:
+    """The student kit in ``out`` (see the module), from ``course``'s
+    student edition."""
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(course / "release", out / "assignments")
+    pins = (ROOT / "requirements.txt").read_text()
+    if DEVELOPERS not in pins:
+        raise ValueError(f"requirements.txt has no line {DEVELOPERS!r}")
+    (out / "requirements.txt").write_text(pins.split(DEVELOPERS)[0])
+    (out / "README.txt").write_text(KIT_README)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+         "--no-build-isolation", "--wheel-dir", str(out / "wheels"),
+         str(ROOT)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    if built.returncode:
+        raise RuntimeError(f"pip could not build the wheel:\n{built.stderr}")
+    return out
+
+
 def course_config(course: Path):
     """nbgrader's settings for the course folder ``course``. nbgrader
     runs ``alembic`` (its database migrations) as a program: the
@@ -422,12 +478,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--chapters", nargs="*", help="e.g. 01 03")
     parser.add_argument("--course", type=Path, default=COURSE)
+    parser.add_argument("--kit", type=Path, help="write the student kit")
     args = parser.parse_args(argv)
     jobs = build(chapters(args.chapters), args.course)
     for job in jobs:
         print(f"{job.name}: {job.exercises} exercises, {job.points} points "
               f"-- {job.title}")  # fmt: skip
     print(f"student edition: {args.course / 'release'}")
+    if args.kit:
+        out = kit(args.course, args.kit)
+        print(f"student kit, for laptops offline: {out}")
     return 0
 
 
