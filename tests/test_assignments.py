@@ -286,3 +286,57 @@ def test_the_student_kit_holds_what_a_laptop_needs_and_no_solution(tmp_path):
         capture_output=True, text=True, check=True,
     ).stdout.split()  # fmt: skip
     assert where[0].startswith(str(target)) and int(where[1]) >= 12
+
+
+def hub_commands() -> list[str]:
+    """The teacher's nbgrader commands, as the teaching page's JupyterHub
+    section writes them."""
+    page = (ROOT / "notebooks" / "teaching.py").read_text()
+    section = page.split("# ### On a JupyterHub", 1)[1].split("# ### ", 1)[0]
+    block = section.split("# ```bash\n", 1)[1].split("# ```", 1)[0]
+    return [line[2:].split("#")[0].strip() for line in block.splitlines()
+            if line.startswith("# nbgrader ")]  # fmt: skip
+
+
+def test_the_jupyterhub_recipe_runs_as_written(tmp_path):
+    """The teaching page's commands, in its order, on a course folder
+    and an exchange of our own (what a hub's nbgrader is configured
+    with): released, fetched and handed in by a student who did the
+    work, collected, autograded to full marks, and fed back in a page
+    that says so without the checkers' frames."""
+    import subprocess
+
+    commands = hub_commands()
+    assert [c.split()[1] for c in commands] == [
+        "release_assignment", "collect", "autograde", "generate_feedback"
+    ]  # fmt: skip
+    path = CHAPTERS[0]
+    name = "ch" + path.name[:2]
+    course, exchange, home = (tmp_path / d for d in ("course", "x", "home"))
+    (job,) = assignments.build([path], course)
+    exchange.mkdir()
+    home.mkdir()
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}"
+           f"{os.pathsep}{os.environ.get('PATH', '')}"}  # fmt: skip
+    where = [f"--Exchange.root={exchange}"]
+
+    def nbgrader(command: str, cwd: Path, *more: str) -> None:
+        args = command.replace("ch01", name).split()
+        done = subprocess.run([*args, *where, *more], cwd=cwd, env=env,
+                              capture_output=True, text=True)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+
+    release, collect, autograde, feedback = commands
+    nbgrader(release, course)
+    student = ["--course", "transformer-lite"]
+    nbgrader(f"nbgrader fetch_assignment {name}", home, *student)
+    handed_in = home / name / f"{name}.ipynb"
+    shutil.copy(course / "source" / name / f"{name}.ipynb", handed_in)
+    nbgrader(f"nbgrader submit {name}", home, *student)
+    for command in (collect, autograde, feedback):
+        nbgrader(command, course)
+    (page,) = (course / "feedback").glob(f"*/{name}/{name}.html")
+    html = page.read_text()
+    assert f"Score: {float(job.points)} / " in html
+    assert "every check passed" in html
+    assert "grading.py" not in html and "exercises.py" not in html
