@@ -132,7 +132,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 slides: book  ## a reveal.js deck per chapter, cut from the executed chapters
 	$(BIN)/python tools/slides.py
 
-browser-test: book slides  ## open every page of the book and the slides in headless Chromium
+browser-test: book slides  ## the book, the slides and the student edition in JupyterLab, in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider
