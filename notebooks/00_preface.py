@@ -42,8 +42,9 @@
 #   weights are copied across, checked in float64 with tight
 #   tolerances. The parts PyTorch does not have, such as the sinusoidal
 #   table or the chunked kernel, are checked against the paper's
-#   formula or the plain computation they replace. Where we deliberately differ from PyTorch or from
-#   the paper, the prose says so and a test pins the difference down.
+#   formula or the plain computation they replace. Where we
+#   deliberately differ from PyTorch or from the paper, the prose says
+#   so and a test pins the difference down.
 # - **Every claim is checked.** When the text says "the rows sum to one"
 #   or "the variance grows like $d_k$", an `assert` in the notebook
 #   verifies it on every run. These cells are hidden in the HTML book

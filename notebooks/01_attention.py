@@ -792,9 +792,11 @@ else:
 # longer fit in the processor's caches, every pass over them waits for
 # main memory, so each entry takes longer the longer the sequence. The
 # hidden check asks for an exponent between 1.8 and 3.0 on a CPU, a
-# margin that leaves room for other processors and busy machines. One $(L, L)$ float32 matrix at $L = 4096$ is
-# already 64 MiB per head and per example; with 8 heads and a batch of
-# 32 that becomes 16 GiB, for one layer. Chapter 8 shows how fused
+# margin that leaves room for other processors and busy machines.
+#
+# One $(L, L)$ float32 matrix at $L = 4096$ is already 64 MiB per head
+# and per example; with 8 heads and a batch of 32 that becomes 16 GiB,
+# for one layer. Chapter 8 shows how fused
 # kernels avoid ever storing the full matrix, which removes the memory
 # wall (though not the quadratic work).
 
