@@ -705,7 +705,8 @@ finally:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-print(f"device: {device}, one head, d_k = {d_k}, float32")
+print(f"device: {device}, one head, d_k = {d_k}, float32, "
+      f"clock: time.{clock.__name__}")
 print("     L   median (ms)  fastest (ms)  memory (MiB)")
 for L, t_med, t_min, b in zip(
     lengths, median_s, fastest_s, nbytes, strict=True
@@ -751,7 +752,7 @@ ax1.plot(lengths, fastest_ms, "o-", label="fastest of 5")
 ax1.plot(lengths, median_ms, "x", color="gray", label="median of 5")
 ax1.plot(lengths, reference_line(fastest_ms), "k--", lw=1, label="$cL^2$")
 ax1.set_title(f"Time (fitted exponent {time_exponent:.2f})")
-ax1.set_ylabel("time per call (ms)")
+ax1.set_ylabel(f"time per call (ms, time.{clock.__name__})")
 ax2.plot(lengths, mib, "o-", label="memory")
 ax2.plot(lengths, reference_line(mib), "k--", lw=1, label="$cL^2$")
 ax2.set_title(f"Memory (fitted exponent {memory_exponent:.2f})")
