@@ -36,10 +36,15 @@
 # ## What is different about it
 #
 # - **Exact, not approximately right.** Every module in
-#   `transformer_lite` gives the same numbers as PyTorch's own module
-#   once the weights are copied across, checked in float64 with tight
-#   tolerances. Where we deliberately differ from PyTorch or from the
-#   paper, the prose says so and a test pins the difference down.
+#   `transformer_lite` that has a counterpart in PyTorch (scaled
+#   dot-product attention, multi-head attention, the encoder and
+#   decoder layers) gives the same numbers as PyTorch's own once the
+#   weights are copied across, checked in float64 with tight
+#   tolerances. The parts PyTorch does not have, such as the sinusoidal
+#   table or the chunked kernel, are checked against the paper's
+#   formula or the plain computation they replace. Where we
+#   deliberately differ from PyTorch or from the paper, the prose says
+#   so and a test pins the difference down.
 # - **Every claim is checked.** When the text says "the rows sum to one"
 #   or "the variance grows like $d_k$", an `assert` in the notebook
 #   verifies it on every run. These cells are hidden in the HTML book
@@ -257,7 +262,9 @@ assert base.d_model // base.n_heads == 64
 # running it again gives the same numbers (timings excepted, and a GPU
 # draws other random numbers than a CPU). All of a chapter's seeds come
 # from one value, the environment variable `BOOK_SEED` (0 unless set;
-# the book is built with 0), which the chapter prints in its first cell.
+# the book is built with 0). Below its title, each chapter shows a card
+# of what it teaches and how long it takes; the first code cell after
+# the card prints the versions, the device and the seed.
 # Start Jupyter with `BOOK_SEED=1` and every chapter takes another random
 # path. A claim checked on one seed would be a fact about that seed, so
 # the checks are meant to hold for any seed; `make seed-sweep` reruns the
@@ -268,3 +275,18 @@ assert base.d_model // base.n_heads == 64
 #
 # Let us begin with the one operation the whole model is built around:
 # [attention](01_attention).
+
+# %% tags=["remove-cell"]
+# Every chapter shows its card below the title, and the first code cell
+# after it prints the versions, the device and the seed.
+from pathlib import Path
+
+chapters = sorted(Path().glob("[0-9][0-9]_*.py"))
+assert len(chapters) >= 12, chapters
+for path in chapters[1:]:
+    cells = path.read_text().split("\n# %%")
+    code = [c for c in cells if not c.startswith(" [markdown]")]
+    assert "chapter_card(" in code[1], path  # code[0]: the file header
+    setup = code[2]
+    assert "BOOK_SEED={SEED}" in setup, path
+    assert "torch.__version__" in setup and "device" in setup, path

@@ -704,12 +704,21 @@ for _dtype in (torch.float32, torch.bfloat16, torch.float16):
 # allowed key this changes nothing (its masked keys already had weight
 # exactly $0$); a fully masked row becomes all zeros, and so does its
 # output. "Attends to nothing" then
-# means what it says. Here are the two lines in the package's
-# `scaled_dot_product_attention`:
+# means what it says. Here is the package's
+# `scaled_dot_product_attention` from the scores on; the two lines that
+# matter are its two `masked_fill` calls, the fill with the dtype's
+# minimum before the softmax and the zeros after it:
 
 # %%
 source = inspect.getsource(scaled_dot_product_attention)
 print(source[source.index("    with full_precision("):])
+
+# %% tags=["remove-cell"]
+# The printed code fills twice: finfo.min before the softmax, 0 after it.
+_tail = source[source.index("    with full_precision("):]
+assert _tail.count(".masked_fill(") == 2, _tail
+assert _tail.index("finfo(scores.dtype).min") < _tail.index(".softmax(")
+assert _tail.index(".softmax(") < _tail.index("masked_fill(~mask, 0.0)")
 
 # %% [markdown]
 # The same left-padded batch, through the package function in three
@@ -757,11 +766,21 @@ with torch.no_grad():
     _a = _plain(_xl, _xl, _xl, left_mask)
     _b = _fused(_xl, _xl, _xl, left_mask)
 assert torch.allclose(_a, _b, atol=1e-5) and not _b.isnan().any()
+# The heads of an empty row are zero, so the module's output there is
+# W^O applied to zero: W^O's bias, in both paths.
+_empty = ~left_mask.any(dim=-1)  # (B, T)
+assert _empty.any()
+for _module, _y in ((_plain, _a), (_fused, _b)):
+    _bias = _module.w_o.bias.expand(int(_empty.sum()), C)
+    assert torch.equal(_y[_empty], _bias)
 
 # %% [markdown]
 # `MultiHeadAttention(kernel="fused")`, which calls PyTorch's fused kernel,
-# applies the same rule to its output, so both paths return zeros for an
-# empty row (a hidden cell checks that they agree on this batch). The
+# applies the same rule to the attention's output, so in both paths the
+# heads of an empty row are zero. The module's output for that row is
+# then $W^O$ applied to zero, which is not zero but $W^O$'s bias (a
+# hidden cell checks that the two paths agree on this batch and give
+# exactly that bias in the empty rows). The
 # design choice, then: **mask with `torch.finfo(dtype).min` inside the
 # softmax, zero the masked weights after it.** It needs no special
 # constant per dtype, it cannot overflow, and it gives an empty row a
@@ -858,9 +877,11 @@ assert _open[real_t].abs().max() > 1e-3
 #
 # ## A glimpse ahead: sliding windows
 #
-# The causal mask lets position $i$ see all $i+1$ earlier positions, which
-# is why attention costs grow with $L^2$. A **local** (sliding-window)
-# mask keeps only the most recent $w$:
+# Attention scores every query against every key, which is why its cost
+# grows with $L^2$, whatever the mask. The causal mask does not change
+# that, and even the pairs it allows grow with $L^2$: position $i$ sees
+# all $i + 1$ positions up to its own, $L(L+1)/2$ pairs in all. A
+# **local** (sliding-window) mask keeps only the most recent $w$:
 #
 # $$ M_{ij} = [\, i - w < j \le i \,]. $$
 
@@ -878,6 +899,9 @@ assert torch.equal(window[0], _want)
 assert window[0].sum(-1).tolist() == [min(i + 1, 3) for i in range(10)]
 assert torch.equal(local_mask(10, 10), causal_mask(10))
 assert torch.equal(local_mask(10, 1)[0], torch.eye(10, dtype=torch.bool))
+# the causal mask allows L (L + 1) / 2 pairs, the local one at most L w
+assert int(causal_mask(10).sum()) == 10 * 11 // 2
+assert int(window.sum()) <= 10 * 3
 
 # %% [markdown]
 # Each row now has at most $w$ allowed keys, a band along the diagonal.
@@ -906,7 +930,8 @@ assert torch.equal(local_mask(10, 1)[0], torch.eye(10, dtype=torch.bool))
 # - $-\infty$ turns a fully masked row into NaN; $-10^9$ makes it a
 #   uniform average in float32 and fails in float16. The package fills
 #   with `torch.finfo(dtype).min` and zeroes masked weights after the
-#   softmax: no overflow in any dtype, and an empty row gives zeros.
+#   softmax: no overflow in any dtype, and an empty row gives zero
+#   weights and a zero attention output (after $W^O$, its bias).
 # - Test masks from the outside: change a later input, earlier outputs
 #   must not move; change a padded input, real outputs must not move.
 #
@@ -916,7 +941,9 @@ assert torch.equal(local_mask(10, 1)[0], torch.eye(10, dtype=torch.bool))
 #    the *left*, with different amounts of padding. Before running
 #    anything, predict which rows of `target_mask` allow no key at all;
 #    then check with `~mask.any(dim=-1)`. Run the batch through `attn`
-#    and confirm the outputs in those rows are exactly zero. Would the
+#    and confirm that the outputs in those rows all equal the bias of
+#    its output projection, `attn.w_o.bias`: the attention itself gives
+#    exactly zero there, and $W^O$ maps zero to its bias. Would the
 #    same rows be empty with the padding on the right?
 # 2. **A prefix-LM mask.** Some models read a prompt of $P$ tokens
 #    bidirectionally and generate the rest causally. Write
@@ -931,6 +958,29 @@ assert torch.equal(local_mask(10, 1)[0], torch.eye(10, dtype=torch.bool))
 #    negative, say $-100$. Print the sum, then the softmax of a fully
 #    masked row. What went wrong, and why does filling (as the package
 #    does) avoid it?
+
+# %% tags=["remove-cell"]
+# Exercise 1 as stated: left padding, the empty rows of target_mask, and
+# attn's outputs there equal to W^O's bias (not zero); on the right, none.
+_left3 = torch.tensor([[PAD_ID] + encode("the cat sat on the"),
+                       [PAD_ID] * 2 + encode("a dog ran home"),
+                       [PAD_ID] * 3 + encode("the dog sat")], device=device)
+_mask3 = target_mask(_left3, PAD_ID)  # (B, T, T)
+_empty3 = ~_mask3.any(dim=-1)  # (B, T)
+assert _empty3.int().tolist() == [[1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0],
+                                  [1, 1, 1, 0, 0, 0]]  # fmt: skip
+_x3 = embed(_left3)  # (B, T, C)
+_heads3 = scaled_dot_product_attention(
+    attn.split_heads(attn.w_q(_x3)), attn.split_heads(attn.w_k(_x3)),
+    attn.split_heads(attn.w_v(_x3)), _mask3.unsqueeze(1))[0]  # (B, H, T, D)
+assert (_heads3.transpose(1, 2)[_empty3] == 0).all()  # zero before W^O
+_y3 = attn(_x3, _x3, _x3, _mask3)  # (B, T, C)
+assert attn.w_o.bias.abs().min() > 0  # so "the bias" is not "zero"
+assert torch.equal(_y3[_empty3], attn.w_o.bias.expand(6, C))
+_right3 = pad_batch([encode(s) for s in ("the cat sat on the",
+                                         "a dog ran home", "the dog sat")],
+                    PAD_ID)  # (B, T)
+assert target_mask(_right3, PAD_ID).any(dim=-1).all()
 
 # %% [markdown]
 # ## Graded exercises

@@ -51,6 +51,9 @@ import platform
 import pandas as pd
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.overrides import TorchFunctionMode
+from torch.profiler import ProfilerActivity, profile
 from torch.utils.flop_counter import FlopCounterMode
 
 import transformer_lite
@@ -168,11 +171,14 @@ assert counter.get_total_flops() == (
 # %% [markdown]
 # The matrix products are not the whole bill, though. Every head keeps
 # its own $L_q \times L_k$ table of scores, so the score tensor is
-# (B, H, Lq, Lk): its memory, the scaling, the masking and the softmax
-# all grow linearly with $h$. With the short sequences of this chapter
-# that is a rounding error next to the projections; at long lengths the
-# scores dominate, which is what chapter 8's fused and chunked attention
-# are about.
+# (B, H, Lq, Lk): its memory, the masking and the softmax all grow
+# linearly with $h$. With the short sequences of this chapter that is a
+# rounding error next to the projections; at long lengths the scores
+# dominate, which is what chapter 8's fused and chunked attention are
+# about. The scaling is the exception: the package divides $Q$ by
+# $\sqrt{d_k}$ *before* the product (chapter 1), so it divides the
+# $B L_q d_{\text{model}}$ entries of $Q$ once, however many heads
+# share them, where scaling the scores would divide $B h L_q L_k$.
 
 # %%
 def score_elements(n_heads, B=2, L=10, C=64):
@@ -192,6 +198,51 @@ assert all(
     score_elements(n) == n * score_elements(1) == n * B * L * L
     for n in (1, 2, 4, 8, 16)
 )
+
+# %% [markdown]
+# To see which steps grow, count the elements that each one is handed
+# in a masked forward pass. A `TorchFunctionMode` sees every torch call
+# made inside it, and on the `meta` device tensors have shapes but no
+# numbers, so the count computes nothing (and draws no random numbers).
+
+# %%
+class ElementCounter(TorchFunctionMode):
+    """Counts the elements that the scaling, masking and softmax see."""
+
+    STEPS = {"div": "scaling", "masked_fill": "masking", "softmax": "softmax"}
+
+    def __init__(self):
+        super().__init__()
+        self.elements = dict.fromkeys(self.STEPS.values(), 0)
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        step = self.STEPS.get(getattr(func, "__name__", ""))
+        if step is not None:
+            self.elements[step] += args[0].numel()
+        return func(*args, **(kwargs or {}))
+
+
+def step_elements(n_heads, B=2, L=10, C=64):
+    """Elements each step sees in one causal self-attention pass."""
+    with torch.device("meta"):
+        attn = MultiHeadAttention(C, n_heads, dropout=0.0)
+        x = torch.randn(B, L, C)  # (B, L, C)
+        with ElementCounter() as counter:
+            attn(x, x, x, causal_mask(L))
+    return counter.elements
+
+
+for n_heads in (1, 2, 4, 8, 16):
+    print(f"h = {n_heads:>2}: {step_elements(n_heads)}")
+
+# %% tags=["remove-cell"]
+# Scaling: Q's B L C entries once, for every h. Masking (the fill before
+# the softmax and the zeros after it) and the softmax: h B L^2 each.
+for n in (1, 2, 4, 8, 16):
+    assert step_elements(n) == {
+        "scaling": B * L * C, "masking": 2 * n * B * L * L,
+        "softmax": n * B * L * L,
+    }, (n, step_elements(n))
 
 # %% [markdown]
 # What the paper found in practice (Table 3): with the cost held fixed,
@@ -767,12 +818,22 @@ assert wrong["output"] > 1e-3, wrong
 #
 # Chapter 1's function builds the full (B, H, Lq, Lk) weight tensor in
 # memory. PyTorch's `F.scaled_dot_product_attention` computes the same
-# result with fused kernels (on a GPU: FlashAttention when there is no
-# mask, memory-efficient attention otherwise) that never store it.
+# result with fused kernels that never store it; which one runs depends
+# on the device, the dtype and the mask (chapter 8 has the table).
 # `MultiHeadAttention(kernel="fused")` switches to it; chapter 8
 # measures what it buys, and adds a third kernel, `"chunked"`.
 # Here we only check that it computes the same thing, in float64 and with
 # the causal-and-padding mask from above.
+#
+# Which kernel does that check exercise? Not FlashAttention: the CUDA
+# flash kernel takes 16-bit inputs only, and no mask. On the CPU, the
+# float64 call runs PyTorch's fused C++ kernel for the CPU,
+# `_scaled_dot_product_flash_attention_for_cpu`. It is what
+# `torch.nn.attention.sdpa_kernel` calls the `FLASH_ATTENTION` backend
+# on a CPU, it accepts float64 and a mask, and it is the kernel
+# PyTorch picks here (a hidden cell checks this with the profiler). On
+# a CUDA GPU no fused kernel takes float64, so there the same check
+# runs PyTorch's `MATH` backend, the formula in ordinary operations.
 
 # %%
 plain = MultiHeadAttention(d_model, h, dropout=0.0)
@@ -788,6 +849,34 @@ print(f"fused vs hand-written: {(y_fused - y_plain).abs().max():.1e}")
 # %% tags=["remove-cell"]
 torch.testing.assert_close(y_fused, y_plain, rtol=0, atol=1e-12)
 assert fused.weights is None
+
+
+# The kernel that ran, from the profiler: the fused CPU kernel on a CPU
+# (which the FLASH_ATTENTION backend alone accepts in float64, as does
+# MATH alone), MATH on CUDA, where no fused kernel takes float64.
+def _attention_ops(fn):
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sorted({e.key for e in prof.key_averages()
+                   if "attention" in e.key and e.key != (
+                       "aten::scaled_dot_product_attention")})
+
+
+_CPU_FUSED = "aten::_scaled_dot_product_flash_attention_for_cpu"
+_MATH = "aten::_scaled_dot_product_attention_math"
+_ran = _attention_ops(lambda: fused(x_tgt, x_tgt, x_tgt, mask_self))
+if exact.type == "cpu":
+    assert _ran == [_CPU_FUSED], _ran
+    for _backend, _op in ((SDPBackend.FLASH_ATTENTION, _CPU_FUSED),
+                          (SDPBackend.MATH, _MATH)):
+        with sdpa_kernel(_backend):
+            _y = fused(x_tgt, x_tgt, x_tgt, mask_self)
+            _only = _attention_ops(
+                lambda: fused(x_tgt, x_tgt, x_tgt, mask_self))
+        assert _only == [_op], (_backend, _only)
+        torch.testing.assert_close(_y, y_plain, rtol=0, atol=1e-12)
+elif exact.type == "cuda":
+    assert _ran == [_MATH], _ran
 
 # %% [markdown]
 # A fused kernel never forms the weights, so there is nothing to keep:

@@ -60,6 +60,7 @@ from transformer_lite import (
     sinusoidal_table,
 )
 from transformer_lite.device import book_seed
+from transformer_lite.layers import Encoder
 from transformer_lite.positional import LearnedPositionalEmbedding
 
 device = default_device()
@@ -95,8 +96,11 @@ seed_everything(SEED + 4)
 #
 # Shuffle the input, and the output is shuffled the same way, with every
 # row unchanged. Mathematicians call this *permutation equivariance*.
-# Several heads, the output projection $W^O$, the feed-forward network,
-# residual connections and LayerNorm all act on each row on its own, so the
+# Multi-head attention has it too: each head does, and concatenating the
+# heads row by row keeps it. The output projection $W^O$, the
+# feed-forward network, residual connections and LayerNorm act on each
+# row on its own, which keeps it as well, and a chain of
+# permutation-equivariant steps is permutation-equivariant. So the
 # whole encoder of [chapter 5](05_encoder_decoder) inherits it: without
 # positions, each token's output depends on the token itself and on the
 # *bag* of the others, never on where they stand.
@@ -150,6 +154,14 @@ assert torch.allclose(out_a[0, 2], out_b[0, 0], rtol=0, atol=tol)
 assert not torch.equal(perm.cpu(), torch.arange(L))
 assert equivariance_error < tol
 assert not torch.allclose(out_shuffled_input, out, atol=1e-3)
+# ... and so is a whole encoder stack without positions (chapter 5),
+# built aside so that the chapter's random numbers stay as they were.
+with torch.random.fork_rng(devices=[]), torch.no_grad():
+    _encoder = Encoder(2, d_model, h, 32, dropout=0.0).to(device, dtype)
+    _encoder.eval()
+    _y = _encoder(x)  # (B, L, C)
+    _error = (_encoder(x[:, perm]) - _y[:, perm]).abs().max().item()
+assert _error < tol, _error
 
 # %% [markdown]
 # Now add a position-dependent vector $PE(pos)$ to each row *before*
@@ -322,8 +334,14 @@ plt.show()
 # %% [markdown]
 # The whole table as a picture: one row per position, one column per
 # dimension. On the left, the fast columns flicker from row to row; to the
-# right the wavelengths grow until, past the middle, the columns barely
-# change over 256 positions: sines near 0, cosines near 1.
+# right the wavelengths grow. Just past the middle the columns still
+# swing: over the 256 positions, dimension 64 (a sine) rises from 0 to 1
+# and falls back to 0.56, and dimension 65 (its cosine) runs from 1 down to
+# $-0.83$. Only in the last quarter, dimensions 96 to 127, is every
+# column nearly flat: every sine there stays between 0 and 0.26, every
+# cosine between 0.96 and 1. (The cosines settle a little sooner, since
+# a cosine changes slowly near its peak; the sines, rising from 0, are
+# the last to flatten.)
 
 # %% tags=["remove-input"]
 fig, ax = plt.subplots(figsize=(6, 4.2))
@@ -336,6 +354,25 @@ ax.set_ylabel("position pos")
 fig.colorbar(image, ax=ax, label="PE(pos, dim)")
 fig.tight_layout()
 plt.show()
+
+# %% tags=["remove-cell"]
+# Over 256 positions at d_model = 128: dims 64-65 still swing by 1.0 and
+# 1.83; in the last quarter no column swings by more than 0.26.
+assert (max_len, d_model) == (256, 128)
+swing = table.amax(dim=0) - table.amin(dim=0)  # (C,)
+assert abs(swing[64] - 1.0) < 1e-3 and abs(swing[65] - 1.83) < 5e-3
+assert abs(table[:, 65].min() + 0.83) < 5e-3
+assert abs(table[:, 64].max() - 1) < 1e-3 and abs(table[-1, 64] - 0.56) < 5e-3
+last_quarter = table[:, 3 * d_model // 4 :]  # (L, C/4): dims 96-127
+pair_swing = swing.view(-1, 2).amax(dim=1)  # (C/2,): the sin/cos pairs
+assert pair_swing[d_model * 3 // 8 :].max() < 0.26  # pairs 48-63
+assert pair_swing[: d_model * 3 // 8].min() > 0.26  # none before them
+assert last_quarter[:, 0::2].min() >= 0 and last_quarter[:, 0::2].max() < 0.26
+assert last_quarter[:, 1::2].min() > 0.96
+# the cosines get below 0.26 first, the sines only at dim 96
+_first_flat = [int((swing[start::2] < 0.26).nonzero()[0]) * 2 + start
+               for start in (0, 1)]  # fmt: skip
+assert _first_flat[1] < _first_flat[0] == 96, _first_flat
 
 # %% [markdown]
 # Distinct codes are easy to check: the vector most similar (largest dot
