@@ -231,10 +231,10 @@ print(textwrap.indent(topics["if"][:400], "    "))
 # stretch of 60 characters with the training text (which dropping a
 # held-out paragraph leaves as it was). Of the held-out sentences (each
 # the text up to a ".", "!" or "?"), none of three words or more then
-# occurs anywhere in the training text. The text is cut into tokens by [chapter 7](07_translation)'s byte-pair encoding,
-# trained on the training text with 512 tokens: common words become one
-# token, rare ones a few pieces, and decoding gives back the text
-# exactly.
+# occurs anywhere in the training text. The text is cut into tokens by
+# [chapter 7](07_translation)'s byte-pair encoding, trained on the
+# training text with 512 tokens: common words become one token, rare
+# ones a few pieces, and decoding gives back the text exactly.
 
 # %%
 train_text, held_text = corpus_splits(held_out=0.1)
