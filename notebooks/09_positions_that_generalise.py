@@ -52,11 +52,13 @@ import platform
 import statistics
 import textwrap
 import time
+from unittest import mock
 
 import altair as alt
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import transformer_lite
@@ -423,12 +425,15 @@ print("position =", " | ".join(POSITIONS))
 # \begin{pmatrix} x_{2i} \\ x_{2i+1} \end{pmatrix}.
 # $$
 #
-# These are the rotations $M_m$ of chapter 4. A rotation keeps lengths,
+# In the notation of chapter 4 this is $M_{-m}$, not $M_m$: chapter 4's
+# blocks have $+\sin$ above the diagonal and turn the other way, which
+# chapter 4 and the package's `rotary` module both note. Either
+# direction does the job. A rotation keeps lengths, $M_{-m}^\top = M_m$,
 # and rotating both vectors leaves only the difference of their angles:
-# $(M_m q)^\top (M_n k) = q^\top M_m^\top M_n k = q^\top M_{n-m} k$. The
-# score of a query at $m$ and a key at $n$ depends on $n - m$ alone, and
-# nothing is added to the embeddings. The code is the matrix, one pair
-# at a time:
+# $(M_{-m} q)^\top (M_{-n} k) = q^\top M_m M_{-n} k = q^\top M_{m-n} k$.
+# The score of a query at $m$ and a key at $n$ depends on their positions
+# only through $n - m$, and nothing is added to the embeddings. The code
+# is the matrix, one pair at a time:
 
 # %%
 show(rotate_pairs, RotaryEmbedding.rotate)
@@ -492,6 +497,24 @@ for offset in (3, -5):
 
 # %% tags=["remove-cell"]
 assert complex_error.abs().max() < 1e-12
+
+
+def chapter_4_rotation(k: int, d: int) -> torch.Tensor:
+    """Chapter 4's M_k: blocks (cos, sin; -sin, cos) of omega_i k."""
+    omega = 10000.0 ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    return torch.block_diag(*[
+        torch.stack([torch.stack([a.cos(), a.sin()]),
+                     torch.stack([-a.sin(), a.cos()])])
+        for a in omega * k])  # (d, d)
+
+
+for row, position in zip(x, m.tolist(), strict=True):
+    turned = rope.rotate(row[None], torch.tensor([position]))[0]  # (D,)
+    assert torch.allclose(turned, chapter_4_rotation(-position, D) @ row,
+                          atol=1e-12)  # M_{-m}, as the text says
+    if position:  # and not M_m
+        assert not torch.allclose(
+            turned, chapter_4_rotation(position, D) @ row, atol=1e-3)
 for offset in (3, -5, 40):
     scores = [(rope.rotate(q, torch.tensor([i]))
                @ rope.rotate(k, torch.tensor([i + offset])).T).item()
@@ -574,10 +597,12 @@ assert reversal_gap < 1e-12
 #
 # T5 learns its bias: one scalar per head for each *bucket* of offsets
 # $j - i$. Small offsets get a bucket each; larger ones share buckets
-# whose width grows logarithmically up to `max_distance` (128), and all
-# offsets beyond share the last. In an encoder, half of the 32 buckets
-# are for keys after the query; in the decoder's causal self-attention
-# all 32 are for keys at or before it. T5 shares one table among all the
+# whose width grows logarithmically, on a scale that would end at
+# `max_distance` (128). The bucket's index is rounded down, so the last
+# bucket begins before that and takes every longer offset: at distance
+# 91 in an encoder, where half of the 32 buckets are for keys after the
+# query, and at 113 in the decoder's causal self-attention, where all
+# 32 are for keys at or before it. T5 shares one table among all the
 # layers of a stack.
 
 # %%
@@ -605,13 +630,19 @@ before = t5_bucket(-torch.arange(200), bidirectional=True)  # j <= i
 widths = torch.bincount(before).tolist()
 print("offsets per bucket (keys at or before the query):", widths[:15],
       "and all the others")
-print("the last bucket starts at offset",
-      -int((before == 15).nonzero()[0]))
+causal_before = t5_bucket(-torch.arange(200), bidirectional=False)
+last_starts = {
+    "bidirectional": int((before == 15).nonzero()[0]),
+    "causal": int((causal_before == 31).nonzero()[0]),
+}
+print("the last bucket starts at distance", last_starts)
 
 # %% tags=["remove-cell"]
 assert widths[:8] == [1] * 8  # exact below 8
 assert widths[8:15] == [4, 4, 7, 9, 14, 18, 27]  # logarithmic
-assert int((before == 15).nonzero()[0]) == 91 and len(widths) == 16
+assert last_starts == {"bidirectional": 91, "causal": 113}
+assert len(widths) == 16 and int(causal_before.max()) == 31
+assert (before[91:] == 15).all() and (causal_before[113:] == 31).all()
 causal = t5_bucket(torch.tensor([3, 0, -3, -20]), bidirectional=False)
 assert causal.tolist() == [0, 0, 3, 17]
 t5_model = make_model(V, V, **SIZES, position="t5")
@@ -621,9 +652,10 @@ assert isinstance(shared[0], T5RelativeBias) and shared[0].bidirectional
 
 # %% [markdown]
 # Eight exact buckets, then buckets of 4, 4, 7, 9, 14, 18 and 27 offsets,
-# and bucket 15 for everything from 91 on. The table starts at zero, so a
-# fresh model has no preference for any offset; a bucket that no training
-# sequence reaches *stays* at zero, which will matter in the experiment.
+# and bucket 15 for everything from 91 on (in the causal decoder, bucket
+# 31 from 113 on). The table starts at zero, so a fresh model has no
+# preference for any offset; a bucket that no training sequence reaches
+# *stays* at zero, which will matter in the experiment.
 #
 # ## Shaw: learned relative keys
 #
@@ -764,9 +796,45 @@ cost.round(2)
 # On this model the differences are small next to the fixed cost of a
 # step, and they vary from run to run on a shared machine: read the
 # ratios as rough. RoPE and the biases cost little because they act on
-# small tensors; the bias grows with $L^2$, like the scores, and on a
-# GPU a float mask keeps the fused kernel from using FlashAttention,
-# which takes none (RoPE does not have this problem).
+# small tensors; the bias grows with $L^2$, like the scores.
+#
+# On a GPU there is one more cost to a bias: it reaches the fused kernel
+# as a float mask, and FlashAttention takes no mask. One might conclude
+# that RoPE, which adds none, keeps FlashAttention here. It does not:
+# in this encoder-decoder model every call already carries a mask
+# tensor, the source's padding mask in the encoder and the
+# cross-attention, the target mask in the decoder, so FlashAttention is
+# out for every scheme alike. We count the calls that reach PyTorch's
+# kernel with a mask:
+
+# %%
+sdpa = F.scaled_dot_product_attention
+masked_calls = {}  # scheme -> whether each call had a mask tensor
+
+
+def spy(*args, **kwargs):
+    masked_calls[position].append(kwargs.get("attn_mask") is not None)
+    return sdpa(*args, **kwargs)
+
+
+with torch.no_grad(), mock.patch.object(F, "scaled_dot_product_attention",
+                                        spy):
+    for position in POSITIONS:
+        masked_calls[position] = []
+        build(position, 0).eval()(batch.src, batch.tgt_in)
+print("calls with a mask tensor, of all calls: " + ", ".join(
+    f"{p} {sum(c)}/{len(c)}" for p, c in masked_calls.items()))
+
+# %% tags=["remove-cell"]
+for _calls in masked_calls.values():
+    assert len(_calls) == 3 and all(_calls), masked_calls
+
+# %% [markdown]
+# Where RoPE does make the difference is attention that needs no mask at
+# all, a decoder-only model reading unpadded text: there the causal
+# mask is a flag, `is_causal=True`, RoPE leaves the call without a mask
+# tensor, and a bias would add one. That is the language model of
+# [chapter 10](10_language_model).
 #
 # ## The experiment
 #
@@ -898,18 +966,56 @@ for k in range(N_SEEDS):
 # matter of seed and of this task, and we do not assert it; what follows are
 # the tendencies of our runs, with the explanations we believe but have not
 # measured.
-# Shaw's clipped keys were the most robust at $4L$, as one would expect:
-# offsets beyond 16 all look like 16, which training did reach, so a long
-# sequence shows it nothing new. RoPE was near perfect at $2L$ but lost
-# much at $4L$; offsets up to 33 turn queries and keys by angles never
-# seen in training, and far keys that were harmless before may then draw
+# Shaw's clipped keys were the most robust at $4L$, though not for the
+# reason one might first give, that offsets beyond 16 all look like 16
+# and training reached 16. It did not: a training source holds at most
+# $L + 2 = 10$ tokens, so the encoder's offsets run from $-9$ to $+9$,
+# and rows $\pm 10$ to $\pm 16$ of its table still hold their random
+# starting values, like the learned table's late rows:
+
+# %%
+longest = 0  # the most tokens in a training source, over every model
+for k in range(N_SEEDS):
+    data = torch.Generator().manual_seed(SEED + 20 + k)  # as in train
+    for _ in range(STEPS):
+        src = recall_batch(BATCH, 2, L, data)[0].src  # (B, L + 2)
+        longest = max(longest, int((src != PAD_ID).sum(1).max()))
+max_offset = longest - 1
+shaw_offsets = torch.arange(-16, 17)  # the offset of each table row
+shaw_moved = []  # per model: which rows of the encoder's table moved
+for k in range(N_SEEDS):
+    tables = [model.encoder.layers[0].self_attn.position.table.weight
+              for model in (trained["shaw", k][0], build("shaw", k))]
+    shaw_moved.append((tables[0] != tables[1]).any(dim=1).cpu())  # (33,)
+print(f"longest training source: {longest} tokens, so offsets up to "
+      f"+-{max_offset}")
+print("offsets whose row of Shaw's table moved in training:",
+      shaw_offsets[shaw_moved[0]].tolist())
+
+# %% tags=["remove-cell"]
+assert longest == L + 2 and max_offset == 9
+for _moved in shaw_moved:
+    assert torch.equal(_moved, shaw_offsets.abs() <= max_offset), _moved
+
+# %% [markdown]
+# At $4L$ a query reads most of its keys through those untrained rows.
+# What we believe spares Shaw is where they enter: only in the bias
+# $q_i a_r^\top / \sqrt{d_k}$, added to a content score $q_i k_j^\top$
+# that holds no position at all, while the rule the task needs (the
+# answer is one place after the marker) reads offset $\pm 1$, which
+# every training sequence had. A far key gets an extra term from an
+# untrained row (every key beyond 16 the same row), but what the query
+# finds in the key itself stays as it was trained. RoPE was near
+# perfect at $2L$ but lost much at $4L$: offsets up to 33 turn queries
+# and keys by angles never seen in training, which changes the content
+# score itself, and far keys that were harmless before may then draw
 # attention away. ALiBi's symmetric penalty cannot tell left from right
 # by itself, which is a plausible reason why it was the least sure of the
 # relative schemes at $L$ in some runs. T5 held at $2L$ but fell at $4L$
 # to about the level of the absolute schemes, and it varied most from
 # seed to seed. Its weakness is the learned table's: the buckets of
 # offsets that no training sequence reached never received a gradient.
-# Training sources hold at most $L + 2 = 10$ tokens, so offsets up to 9:
+# With offsets up to 9 in training, as for Shaw, those reached are
 # buckets 0 to 8 for keys before the query, 17 to 24 for keys after it
 # (bucket 16 would be "after, at distance 0", which cannot happen). The
 # encoder's table of the first T5 model, one row per head:
@@ -994,14 +1100,16 @@ for p in ("shaw", "alibi", "rope"):
 #   weights that read a sinusoidal table never met its later rows. Past
 #   the training length both fail, exactly where they were never trained.
 # - A relative scheme makes the score of query $i$ and key $j$ depend on
-#   $j - i$ only. The package gives all of them one seam,
-#   `RelativePosition`: `rotate` (RoPE) or `bias` (ALiBi, T5, Shaw), used
-#   by the plain, fused and chunked paths and by the key/value cache.
+#   their positions only through $j - i$. The package gives all of them
+#   one seam, `RelativePosition`: `rotate` (RoPE) or `bias` (ALiBi, T5,
+#   Shaw), used by the plain, fused and chunked paths and by the
+#   key/value cache.
 #   `TransformerConfig(position=...)` picks one of
 #   `sinusoidal` (the default, the paper's), `learned`, `none`, `rope`,
 #   `alibi`, `t5`, `shaw`.
 # - **RoPE** rotates pairs of query and key coordinates by
-#   $m\,\theta_i$: $(M_m q)^\top (M_n k) = q^\top M_{n-m} k$.
+#   $m\,\theta_i$, chapter 4's $M_{-m}$:
+#   $(M_{-m} q)^\top (M_{-n} k) = q^\top M_{m-n} k$.
 #   **ALiBi** subtracts $m_h |i - j|$ with fixed geometric slopes.
 #   **T5** learns a scalar per head and logarithmic bucket of offsets,
 #   shared by the layers of a stack. **Shaw** learns a key vector per
@@ -1026,7 +1134,7 @@ for p in ("shaw", "alibi", "rope"):
 #    T5's spread shrink, and why (which buckets does training reach)?
 # 3. **Shaw's clipping.** Build `ShawRelativeKeys` with `max_distance`
 #    2, 4 and 64 (pass a list of them to the encoder layers by hand, or
-#    change `SHAW_DISTANCE` in `transformer_lite.model`) and repeat the
+#    change `SHAW_DISTANCE` in `transformer_lite.schemes`) and repeat the
 #    experiment. Which $k$ extrapolates best, and what happens when
 #    $k$ is larger than any offset seen in training?
 # 4. **RoPE's base.** `RotaryEmbedding(d_k, base=...)` sets the

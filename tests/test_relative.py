@@ -127,6 +127,21 @@ def test_t5_buckets_by_hand():
     assert t5_bucket(torch.tensor([1, 2, 500]), **causal).tolist() == [0] * 3
 
 
+@pytest.mark.parametrize("bidirectional, first", [(True, 91), (False, 113)])
+def test_t5_last_bucket_starts_before_max_distance(bidirectional, first):
+    """The bucket index is rounded down: with 32 buckets and max_distance
+    128, the last bucket starts at distance 91 (bidirectional) or 113
+    (causal), not at 128."""
+    distance = torch.arange(300)
+    bucket = t5_bucket(
+        -distance, bidirectional=bidirectional, n_buckets=32, max_distance=128
+    )
+    last = int(bucket.max())
+    assert last == (15 if bidirectional else 31)
+    assert int((bucket == last).nonzero()[0]) == first
+    assert (bucket[first:] == last).all() and (bucket[:first] < last).all()
+
+
 def test_t5_bias_looks_up_one_scalar_per_head_and_bucket():
     t5 = T5RelativeBias(3, bidirectional=True, n_buckets=8, max_distance=16)
     with torch.no_grad():

@@ -105,9 +105,12 @@ def t5_bucket(
     Bidirectional: half the buckets for keys after the query, half for
     the rest. Causal: keys after the query share bucket 0 with the
     query itself (the mask hides them). Within a half of n buckets,
-    distances below n / 2 get a bucket each; from there to
-    ``max_distance`` the buckets widen logarithmically, and every longer
-    distance shares the last one.
+    distances below n / 2 get a bucket each; from there the buckets
+    widen logarithmically, on a scale that would end at
+    ``max_distance``. The bucket index is rounded down, so the last
+    bucket starts before ``max_distance`` and holds every longer
+    distance: for 32 buckets and ``max_distance`` 128, from distance 91
+    (bidirectional) or 113 (causal).
 
     Shape:
         offset: any, integers; output: as offset, in [0, n_buckets).
@@ -159,7 +162,9 @@ class T5RelativeBias(RelativePosition):
         n_heads: number of heads H.
         bidirectional: True in an encoder, False in a causal decoder.
         n_buckets: buckets (32 in T5).
-        max_distance: where the last bucket starts (128 in T5).
+        max_distance: where the logarithmic scale of the buckets
+            ends (128 in T5); the last bucket starts before it
+            (:func:`t5_bucket`).
 
     Shape:
         output of :meth:`bias`: (H, Lq, Lk).

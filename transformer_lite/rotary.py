@@ -11,11 +11,11 @@ the vector at position m is turned by the angle :math:`m\\,\\theta_i`,
     \\begin{pmatrix} x_{2i} \\\\ x_{2i+1} \\end{pmatrix},
     \\qquad \\theta_i = \\mathrm{base}^{-2i/D},
 
-rotations like the :math:`M_k` of chapter 4 (turned the other way). A
-rotation preserves lengths and
-:math:`(M_m q)^\\top (M_n k) = q^\\top M_{n-m} k`: the score of a query at
-m and a key at n depends on the offset n - m only. Nothing is added to
-the embeddings and nothing is learned.
+the rotation :math:`M_{-m}` in the notation of chapter 4, whose
+:math:`M_k` turns the other way. A rotation preserves lengths and
+:math:`(M_{-m} q)^\\top (M_{-n} k) = q^\\top M_{m-n} k`: the score of a
+query at m and a key at n depends on the positions only through the
+offset n - m. Nothing is added to the embeddings and nothing is learned.
 """
 
 import torch
