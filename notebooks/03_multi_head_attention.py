@@ -1146,13 +1146,14 @@ def load_torch_mha(ours, theirs):
 # %% tags=["check"]
 from transformer_lite.interop import _load_mha, from_torch_mha
 
+reference = from_torch_mha(torch_mha)  # the package's loader
 fresh = MultiHeadAttention(C, H, dropout=0.0).double()
-blocks = dict(zip("qkv", torch_mha.in_proj_weight.chunk(3), strict=True))
 with exercise("3.5", twins=[from_torch_mha, _load_mha]):
     ours = load_torch_mha(fresh, torch_mha).eval()
     for name in "qkv":
         expect_close(f"ours.w_{name}.weight",
-                     getattr(ours, f"w_{name}").weight, blocks[name],
+                     getattr(ours, f"w_{name}").weight,
+                     getattr(reference, f"w_{name}").weight,
                      hint="in_proj_weight holds W^Q, W^K, W^V one below "
                      "the other: cut it into three (C, C) blocks along "
                      "dim 0")  # fmt: skip
