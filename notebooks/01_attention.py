@@ -859,9 +859,12 @@ import math
 
 import torch
 
-from transformer_lite import scaled_dot_product_attention
-from transformer_lite.classroom import expect, expect_close
-from transformer_lite.scores import scaled_query
+from transformer_lite.classroom import (
+    exercise,
+    expect,
+    expect_close,
+    expect_equal,
+)
 
 gen = torch.Generator().manual_seed(1)
 # (B, L, D): two sequences of five positions, in float64
@@ -884,12 +887,19 @@ def attention_scores(Q, K):
 
 
 # %% tags=["check"]
+import torch.nn.functional as F
+
+from transformer_lite import scaled_dot_product_attention
+from transformer_lite.scores import scaled_query
+
 # The scores themselves, not their softmax (which forgives any shift of
 # a row): the package's own, Q scaled by 1 / sqrt(d_k), times K^T.
 want = scaled_query(Q) @ K.transpose(-2, -1)  # (B, Lq, Lk)
-expect_close("attention_scores(Q, K)", attention_scores(Q, K), want,
-             hint="divide the dot products by sqrt(d_k), the size of "
-             "the last axis")  # fmt: skip
+with exercise("1.1", twins=[scaled_query, scaled_dot_product_attention,
+                            F.scaled_dot_product_attention]):
+    expect_close("attention_scores(Q, K)", attention_scores(Q, K), want,
+                 hint="divide the dot products by sqrt(d_k), the size of "
+                 "the last axis")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 1.2: a softmax that never overflows (1 point)
@@ -910,14 +920,18 @@ def stable_softmax(scores):
 
 # %% tags=["check"]
 big = torch.tensor([[1000.0, 999.0, 0.0], [-5.0, -5.0, -5.0]])
-expect_close("stable_softmax(big)", stable_softmax(big),
-             torch.softmax(big, dim=-1), atol=1e-6,
-             hint="exp(1000) is inf in float32: subtract each row's "
-             "maximum before exp")  # fmt: skip
 scores = torch.randn(3, 4, 6, generator=gen)
-expect_close("stable_softmax(scores)", stable_softmax(scores),
-             torch.softmax(scores, dim=-1),
-             hint="normalise along the last axis (dim=-1)")  # fmt: skip
+# every spelling of torch's softmax (and of its logarithm) is refused
+with exercise("1.2", twins=[torch.softmax, torch.Tensor.softmax, F.softmax,
+                            torch.special.softmax, torch.log_softmax,
+                            torch.Tensor.log_softmax, F.log_softmax]):
+    expect_close("stable_softmax(big)", stable_softmax(big),
+                 torch.softmax(big, dim=-1), atol=1e-6,
+                 hint="exp(1000) is inf in float32: subtract each row's "
+                 "maximum before exp")  # fmt: skip
+    expect_close("stable_softmax(scores)", stable_softmax(scores),
+                 torch.softmax(scores, dim=-1),
+                 hint="normalise along the last axis (dim=-1)")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 1.3: attention (1 point)
@@ -935,15 +949,20 @@ def attention(Q, K, V):
 
 
 # %% tags=["check"]
+from transformer_lite import chunked  # the package's online softmax
+
 want, _ = scaled_dot_product_attention(Q, K, V)
-expect_close("attention(Q, K, V)", attention(Q, K, V), want,
-             hint="the output is the weights times V, not V times "
-             "the weights")  # fmt: skip
 wide = torch.randn(2, 5, 3, generator=gen, dtype=torch.float64)
-expect_close("attention(Q, K, wide)", attention(Q, K, wide),
-             scaled_dot_product_attention(Q, K, wide)[0],
-             hint="the values may have another width d_v than the "
-             "queries and keys")  # fmt: skip
+want_wide, _ = scaled_dot_product_attention(Q, K, wide)
+with exercise("1.3", after=["1.1", "1.2"], twins=[
+        scaled_dot_product_attention, chunked.chunked_attention,
+        F.scaled_dot_product_attention]):
+    expect_close("attention(Q, K, V)", attention(Q, K, V), want,
+                 hint="the output is the weights times V, not V times "
+                 "the weights")  # fmt: skip
+    expect_close("attention(Q, K, wide)", attention(Q, K, wide), want_wide,
+                 hint="the values may have another width d_v than the "
+                 "queries and keys")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 1.4: the two limits of temperature (1 point)
@@ -952,7 +971,9 @@ expect_close("attention(Q, K, wide)", attention(Q, K, wide),
 # `attention_at(Q, K, V, tau)`. Then write `hard_lookup(Q, K, V)`, the
 # limit as $\tau \to 0$: each query returns the value of its single
 # best-scoring key (take `argmax`; the inputs here have no ties). The
-# check also confirms that a very large $\tau$ averages all values.
+# check also confirms that a very large $\tau$ averages all values, and
+# that the lookup stays the same when the queries are scaled by any
+# positive factor, however large or small.
 
 # %% tags=["solution", "hide-input"]
 def attention_at(Q, K, V, tau):
@@ -971,14 +992,33 @@ def hard_lookup(Q, K, V):
 
 
 # %% tags=["check"]
-expect_close("attention_at(Q, K, V, 1e-4)", attention_at(Q, K, V, 1e-4),
-             hard_lookup(Q, K, V), atol=1e-6,
-             hint="as tau shrinks, all the weight goes to the key with "
-             "the largest score: V[b, argmax]")  # fmt: skip
+d_k = Q.size(-1)
+# the package's attention at tau = 2 (it divides by sqrt(d_k) itself),
+# and at a temperature so small that its weights are exactly one-hot
+warm, _ = scaled_dot_product_attention(Q * math.sqrt(d_k) / 2, K, V)
+lookup, _ = scaled_dot_product_attention(Q * 1e12, K, V)
 mean = V.mean(dim=1, keepdim=True).expand_as(V)
-expect_close("attention_at(Q, K, V, 1e9)", attention_at(Q, K, V, 1e9),
-             mean, atol=1e-6,
-             hint="divide the scores by tau, then softmax")  # fmt: skip
+with exercise("1.4", twins=[scaled_dot_product_attention,
+                            chunked.chunked_attention,
+                            F.scaled_dot_product_attention]):
+    expect_close("attention_at(Q, K, V, 2.0)", attention_at(Q, K, V, 2.0),
+                 warm, hint="divide the scores Q K^T by tau, then "
+                 "softmax")  # fmt: skip
+    expect_close("attention_at(Q, K, V, 1e-4)",
+                 attention_at(Q, K, V, 1e-4), hard_lookup(Q, K, V),
+                 atol=1e-6,
+                 hint="as tau shrinks, all the weight goes to the key with "
+                 "the largest score: V[b, argmax]")  # fmt: skip
+    expect_close("attention_at(Q, K, V, 1e9)", attention_at(Q, K, V, 1e9),
+                 mean, atol=1e-6,
+                 hint="divide the scores by tau, then softmax")  # fmt: skip
+    for s in (2.0**-600, 1.0, 2.0**600):  # exact in float64
+        expect_equal(f"hard_lookup(Q * {s:.0e}, K, V)",
+                     hard_lookup(Q * s, K, V), lookup,
+                     hint="take the argmax of the scores and index V with "
+                     "it: a softmax at a tiny temperature is not the "
+                     "limit, it overflows for large queries and averages "
+                     "for small ones")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 1.5: attention in chunks (2 points)
@@ -986,7 +1026,8 @@ expect_close("attention_at(Q, K, V, 1e9)", attention_at(Q, K, V, 1e9),
 # Write `chunked_attention(Q, K, V, chunk)`: the same output as
 # `attention`, computed `chunk` query rows at a time and concatenated,
 # so that no more than a $(B, \mathit{chunk}, L_k)$ score matrix exists
-# at once. The check uses a length that `chunk` does not divide.
+# at once. The check uses a length that `chunk` does not divide, and
+# measures the largest tensor your function makes.
 
 # %% tags=["solution", "hide-input"]
 def chunked_attention(Q, K, V, chunk):
@@ -998,20 +1039,126 @@ def chunked_attention(Q, K, V, chunk):
 
 
 # %% tags=["check", "points-2"]
+from torch.overrides import TorchFunctionMode
+
+
+class LargestTensor(TorchFunctionMode):
+    """While on, keeps the most elements of any tensor a torch function
+    returns."""
+
+    def __init__(self):
+        super().__init__()
+        self.most = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.most = max(self.most, t.numel())
+        return out
+
+
 Ql, Kl, Vl = (torch.randn(2, 50, 8, generator=gen, dtype=torch.float64)
               for _ in range(3))  # fmt: skip
-expect_close("chunked_attention(Q, K, V, 7)",
-             chunked_attention(Ql, Kl, Vl, 7),
-             scaled_dot_product_attention(Ql, Kl, Vl)[0],
-             hint="cut the queries, not the keys: every query must "
-             "still see every key; and keep the last, shorter "
-             "chunk")  # fmt: skip
-expect(chunked_attention(Ql, Kl, Vl, 64).shape == (2, 50, 8),
-       "a chunk longer than the sequence should give the whole "
-       "output in one piece")  # fmt: skip
+want, _ = scaled_dot_product_attention(Ql, Kl, Vl)
+block = 2 * 7 * 50  # one (B, chunk, Lk) block of scores
+with exercise("1.5", after=["1.3"], twins=[
+        scaled_dot_product_attention, chunked.chunked_attention,
+        F.scaled_dot_product_attention]):
+    expect_close("chunked_attention(Q, K, V, 7)",
+                 chunked_attention(Ql, Kl, Vl, 7), want,
+                 hint="cut the queries, not the keys: every query must "
+                 "still see every key; and keep the last, shorter "
+                 "chunk")  # fmt: skip
+    with LargestTensor() as largest:
+        chunked_attention(Ql, Kl, Vl, 7)
+    # a block of scores, or the output (B, Lq, Dv), with room to spare
+    expect(largest.most <= 2 * max(block, Vl.numel()),
+           f"chunked_attention(Q, K, V, 7) made a tensor of "
+           f"{largest.most} elements; one (B, chunk, Lk) block of scores "
+           f"has {block}, the whole score matrix "
+           f"{2 * 50 * 50}",
+           hint="compute the scores of chunk query rows at a time, "
+           "never all of them at once")  # fmt: skip
+    expect(chunked_attention(Ql, Kl, Vl, 64).shape == (2, 50, 8),
+           "a chunk longer than the sequence should give the whole "
+           "output in one piece")  # fmt: skip
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1
 # message: Hint: divide the dot products by sqrt(d_k)
 # def attention_scores(Q, K):
 #     return Q @ K.transpose(-2, -1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: delegate
+# def attention_scores(Q, K):
+#     from transformer_lite.scores import scaled_query
+#     return scaled_query(Q) @ K.transpose(-2, -1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
+# def attention_scores(Q, K):
+#     return torch.zeros(Q.size(0), Q.size(1), K.size(1), dtype=Q.dtype)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: delegate
+# def stable_softmax(scores):
+#     return torch.softmax(scores, dim=-1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def stable_softmax(scores):
+#     return torch.ones_like(scores) / scores.size(-1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def attention(Q, K, V):
+#     return scaled_dot_product_attention(Q, K, V)[0]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def attention(Q, K, V):
+#     return V
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: delegate
+# def attention_at(Q, K, V, tau):
+#     return F.scaled_dot_product_attention(Q, K, V, scale=1 / tau)
+#
+#
+# def hard_lookup(Q, K, V):
+#     best = (Q @ K.transpose(-2, -1)).argmax(dim=-1)
+#     return V[torch.arange(V.size(0)).unsqueeze(1), best]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def attention_at(Q, K, V, tau):
+#     weights = torch.softmax(Q @ K.transpose(-2, -1) / tau, dim=-1)
+#     return weights @ V
+#
+#
+# def hard_lookup(Q, K, V):
+#     return attention_at(Q, K, V, 1e-9)  # a tiny tau, not the argmax
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: delegate
+# def chunked_attention(Q, K, V, chunk):
+#     from transformer_lite.chunked import chunked_attention as theirs
+#     return theirs(Q, K, V, query_chunk_size=chunk)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def chunked_attention(Q, K, V, chunk):
+#     scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.size(-1))
+#     return torch.softmax(scores, dim=-1) @ V  # all the scores at once

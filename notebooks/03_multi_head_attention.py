@@ -1012,6 +1012,7 @@ from transformer_lite import (
     scaled_dot_product_attention,
 )
 from transformer_lite.classroom import (
+    exercise,
     expect,
     expect_close,
     expect_equal,
@@ -1051,14 +1052,15 @@ def split_heads(x, H):
 
 
 # %% tags=["check"]
-got = split_heads(x_kv, H)
-expect_tensor("split_heads(x_kv, H)", got, shape=(B, H, Lk, D),
-              hint="the result is (B, H, L, D): heads before "
-              "positions")  # fmt: skip
-expect_close("split_heads(x_kv, H)", got, mha.split_heads(x_kv),
-             hint="view as (B, L, H, D) first, then swap the head and "
-             "position axes with transpose(1, 2); a direct view to "
-             "(B, H, L, D) mixes positions into heads")  # fmt: skip
+with exercise("3.1", twins=[MultiHeadAttention.split_heads]):
+    got = split_heads(x_kv, H)
+    expect_tensor("split_heads(x_kv, H)", got, shape=(B, H, Lk, D),
+                  hint="the result is (B, H, L, D): heads before "
+                  "positions")  # fmt: skip
+    expect_close("split_heads(x_kv, H)", got, mha.split_heads(x_kv),
+                 hint="view as (B, L, H, D) first, then swap the head and "
+                 "position axes with transpose(1, 2); a direct view to "
+                 "(B, H, L, D) mixes positions into heads")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 3.2: merge the heads (1 point)
@@ -1078,13 +1080,16 @@ def merge_heads(x):
 
 # %% tags=["check"]
 heads = torch.randn(B, H, Lq, D, generator=gen, dtype=torch.float64)
-expect_close("merge_heads(heads)", merge_heads(heads),
-             mha.merge_heads(heads),
-             hint="transpose(1, 2) back to (B, L, H, D), then reshape to "
-             "(B, L, C); view refuses the transposed tensor")  # fmt: skip
-expect_close("merge_heads(split_heads(x_kv, H))",
-             merge_heads(split_heads(x_kv, H)), x_kv,
-             hint="merging must undo splitting exactly")  # fmt: skip
+with exercise("3.2", twins=[MultiHeadAttention.merge_heads]):
+    expect_close("merge_heads(heads)", merge_heads(heads),
+                 mha.merge_heads(heads),
+                 hint="transpose(1, 2) back to (B, L, H, D), then reshape "
+                 "to (B, L, C); view refuses the transposed "
+                 "tensor")  # fmt: skip
+    # the package splits, so that this check is about merging only
+    expect_close("merge_heads(mha.split_heads(x_kv))",
+                 merge_heads(mha.split_heads(x_kv)), x_kv,
+                 hint="merging must undo splitting exactly")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 3.3: multi-head attention (2 points)
@@ -1111,20 +1116,26 @@ def multi_head_attention(mha, query, key, value, mask=None):
 
 
 # %% tags=["check"]
-expect_close("multi_head_attention(mha, x_q, x_kv, x_kv)",
-             multi_head_attention(mha, x_q, x_kv, x_kv),
-             mha(x_q, x_kv, x_kv),
-             hint="queries come from `query`, keys and values from `key` "
-             "and `value`; apply w_o after merging the "
-             "heads")  # fmt: skip
+import torch.nn.functional as F
+
+with exercise("3.3", after=["3.1", "3.2"], twins=[
+        MultiHeadAttention.forward, F.multi_head_attention_forward]):
+    expect_close("multi_head_attention(mha, x_q, x_kv, x_kv)",
+                 multi_head_attention(mha, x_q, x_kv, x_kv),
+                 mha(x_q, x_kv, x_kv),
+                 hint="queries come from `query`, keys and values from "
+                 "`key` and `value`; apply w_o after merging the "
+                 "heads")  # fmt: skip
 
 # %% tags=["check"]
-expect_close("multi_head_attention(mha, x_q, x_kv, x_kv, key_mask)",
-             multi_head_attention(mha, x_q, x_kv, x_kv, key_mask),
-             mha(x_q, x_kv, x_kv, key_mask),
-             hint="give the (B, 1, Lk) mask a head axis, "
-             "mask.unsqueeze(1), so that it broadcasts over "
-             "(B, H, Lq, Lk)")  # fmt: skip
+with exercise("3.3", after=["3.1", "3.2"], twins=[
+        MultiHeadAttention.forward, F.multi_head_attention_forward]):
+    expect_close("multi_head_attention(mha, x_q, x_kv, x_kv, key_mask)",
+                 multi_head_attention(mha, x_q, x_kv, x_kv, key_mask),
+                 mha(x_q, x_kv, x_kv, key_mask),
+                 hint="give the (B, 1, Lk) mask a head axis, "
+                 "mask.unsqueeze(1), so that it broadcasts over "
+                 "(B, H, Lq, Lk)")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 3.4: what the heads cost (2 points)
@@ -1138,7 +1149,7 @@ expect_close("multi_head_attention(mha, x_q, x_kv, x_kv, key_mask)",
 # keys) and the two products of attention, $QK^\top$ and the weights
 # times $V$. A multiply-add counts as 2 FLOPs. Neither number depends
 # on $H$: the checks count them on modules with different numbers of
-# heads.
+# heads. Count from the sizes alone: do not build a module.
 
 # %% tags=["solution", "hide-input"]
 def mha_parameters(C, bias=True):
@@ -1156,18 +1167,20 @@ def mha_flops(B, Lq, Lk, C):
 
 
 # %% tags=["check"]
-for width, n_heads, bias in ((12, 3, True), (64, 8, True), (64, 1, False)):
-    module = MultiHeadAttention(width, n_heads, bias=bias)
-    want = sum(p.numel() for p in module.parameters())
-    expect_equal(f"mha_parameters({width}, bias={bias})",
-                 mha_parameters(width, bias), want,
-                 hint="four C x C weights, plus four biases of length C "
-                 "when bias is True; H does not appear")  # fmt: skip
-expect_equal("mha_parameters(512)", mha_parameters(512),
-             sum(p.numel() for p in nn.MultiheadAttention(512, 8)
-                 .parameters()),
-             hint="PyTorch's packed module has the same four "
-             "projections")  # fmt: skip
+with exercise("3.4", twins=[MultiHeadAttention.__init__]):
+    for width, n_heads, bias in ((12, 3, True), (64, 8, True),
+                                 (64, 1, False)):  # fmt: skip
+        module = MultiHeadAttention(width, n_heads, bias=bias)
+        want = sum(p.numel() for p in module.parameters())
+        expect_equal(f"mha_parameters({width}, bias={bias})",
+                     mha_parameters(width, bias), want,
+                     hint="four C x C weights, plus four biases of length "
+                     "C when bias is True; H does not appear")  # fmt: skip
+    expect_equal("mha_parameters(512)", mha_parameters(512),
+                 sum(p.numel() for p in nn.MultiheadAttention(512, 8)
+                     .parameters()),
+                 hint="PyTorch's packed module has the same four "
+                 "projections")  # fmt: skip
 
 
 # %% tags=["check"]
@@ -1180,13 +1193,15 @@ def counted_flops(B, Lq, Lk, C, n_heads):
     return counter.get_total_flops()
 
 
-for shape, n_heads in (((2, 5, 5, 16), 4), ((3, 2, 7, 24), 6),
-                       ((3, 2, 7, 24), 1)):  # fmt: skip
-    expect_equal(f"mha_flops{shape}", mha_flops(*shape),
-                 counted_flops(*shape, n_heads),
-                 hint="W^Q and W^O see Lq positions, W^K and W^V see Lk; "
-                 "Q K^T and weights @ V cost B Lq Lk C multiply-adds "
-                 "each; a multiply-add is 2 FLOPs")  # fmt: skip
+shapes = (((2, 5, 5, 16), 4), ((3, 2, 7, 24), 6), ((3, 2, 7, 24), 1))
+counted = [counted_flops(*shape, n_heads) for shape, n_heads in shapes]
+with exercise("3.4", twins=[MultiHeadAttention.__init__]):
+    for (shape, _), want in zip(shapes, counted, strict=True):
+        expect_equal(f"mha_flops{shape}", mha_flops(*shape), want,
+                     hint="W^Q and W^O see Lq positions, W^K and W^V see "
+                     "Lk; Q K^T and weights @ V cost B Lq Lk C "
+                     "multiply-adds each; a multiply-add is 2 "
+                     "FLOPs")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 3.5: weights from PyTorch (2 points)
@@ -1218,26 +1233,32 @@ def load_torch_mha(ours, theirs):
 
 
 # %% tags=["check"]
-ours = load_torch_mha(MultiHeadAttention(C, H, dropout=0.0).double(),
-                      torch_mha).eval()  # fmt: skip
-blocks = dict(zip("qkv", torch_mha.in_proj_weight.chunk(3), strict=True))
-for name in "qkv":
-    expect_close(f"ours.w_{name}.weight",
-                 getattr(ours, f"w_{name}").weight, blocks[name],
-                 hint="in_proj_weight holds W^Q, W^K, W^V one below the "
-                 "other: cut it into three (C, C) blocks along dim "
-                 "0")  # fmt: skip
+from transformer_lite.interop import _load_mha, from_torch_mha
+
+reference = from_torch_mha(torch_mha)  # the package's loader
+fresh = MultiHeadAttention(C, H, dropout=0.0).double()
+with exercise("3.5", twins=[from_torch_mha, _load_mha]):
+    ours = load_torch_mha(fresh, torch_mha).eval()
+    for name in "qkv":
+        expect_close(f"ours.w_{name}.weight",
+                     getattr(ours, f"w_{name}").weight,
+                     getattr(reference, f"w_{name}").weight,
+                     hint="in_proj_weight holds W^Q, W^K, W^V one below "
+                     "the other: cut it into three (C, C) blocks along "
+                     "dim 0")  # fmt: skip
 
 # %% tags=["check"]
-ours = load_torch_mha(MultiHeadAttention(C, H, dropout=0.0).double(),
-                      torch_mha).eval()  # fmt: skip
+fresh = MultiHeadAttention(C, H, dropout=0.0).double()
 x = torch.randn(B, Lk, C, generator=gen, dtype=torch.float64)  # (B, L, C)
 tril = causal_mask(Lk)[0]  # (L, L), True = may attend
 want, _ = torch_mha(x, x, x, attn_mask=to_torch_attn_mask(tril))
-expect_close("ours(x, x, x, tril)", ours(x, x, x, tril), want.detach(),
-             hint="copy the biases too (in_proj_bias in three pieces, "
-             "then out_proj.bias), and out_proj.weight into "
-             "w_o")  # fmt: skip
+with exercise("3.5", twins=[from_torch_mha, _load_mha]):
+    ours = load_torch_mha(fresh, torch_mha).eval()
+    expect_close("ours(x, x, x, tril)", ours(x, x, x, tril),
+                 want.detach(),
+                 hint="copy the biases too (in_proj_bias in three "
+                 "pieces, then out_proj.bias), and out_proj.weight into "
+                 "w_o")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 3.6: the heads can be shuffled (2 points)
@@ -1249,8 +1270,8 @@ expect_close("ours(x, x, x, tril)", ours(x, x, x, tril), want.detach(),
 # layout head $i$ owns rows $iD, \dots, (i+1)D - 1$ of `w_q.weight`,
 # `w_k.weight`, `w_v.weight` and of their biases, and the same
 # *columns* of `w_o.weight`, which reads the concatenated heads. The
-# first check confirms the output does not change; the second that
-# the heads really moved.
+# first check confirms that the weights moved and the output did not;
+# the second that each head went where `perm` sends it.
 
 # %% tags=["solution", "hide-input"]
 def shuffle_heads(mha, perm):
@@ -1268,27 +1289,35 @@ def shuffle_heads(mha, perm):
 
 
 # %% tags=["check"]
-shuffled = shuffle_heads(mha, perm)
-expect_close("shuffle_heads(mha, perm)(x_kv, x_kv, x_kv, key_mask)",
-             shuffled(x_kv, x_kv, x_kv, key_mask),
-             mha(x_kv, x_kv, x_kv, key_mask),
-             hint="w_o reads the concatenated heads: move the column "
-             "blocks of w_o.weight the same way as the row blocks of "
-             "w_q, w_k, w_v; w_o's bias stays")  # fmt: skip
+with exercise("3.6"):
+    shuffled = shuffle_heads(mha, perm)
+    expect(not torch.equal(shuffled.w_q.weight, mha.w_q.weight),
+           "shuffle_heads(mha, perm) left the rows of w_q.weight where "
+           "they were",
+           hint="move the row blocks of w_q, w_k, w_v (and the column "
+           "blocks of w_o) of the copy")  # fmt: skip
+    expect_close("shuffle_heads(mha, perm)(x_kv, x_kv, x_kv, key_mask)",
+                 shuffled(x_kv, x_kv, x_kv, key_mask),
+                 mha(x_kv, x_kv, x_kv, key_mask),
+                 hint="w_o reads the concatenated heads: move the column "
+                 "blocks of w_o.weight the same way as the row blocks of "
+                 "w_q, w_k, w_v; w_o's bias stays")  # fmt: skip
 
 # %% tags=["check"]
-shuffled = shuffle_heads(mha, perm)
-q_new = shuffled.split_heads(shuffled.w_q(x_kv))  # (B, H, Lk, D)
-q_old = mha.split_heads(mha.w_q(x_kv))  # (B, H, Lk, D)
-expect_close("shuffled.split_heads(shuffled.w_q(x_kv))", q_new,
-             q_old[:, perm],
-             hint="head i of the new module is head perm[i] of mha: "
-             "its rows are perm[i] * D to (perm[i] + 1) * D - 1; and "
-             "do not change mha itself")  # fmt: skip
-expect(shuffled is not mha and shuffled.w_q.weight is not mha.w_q.weight,
-       "shuffle_heads should return a new module",
-       hint="copy.deepcopy(mha), then reorder the copy's "
-       "weights")  # fmt: skip
+with exercise("3.6"):
+    shuffled = shuffle_heads(mha, perm)
+    q_new = shuffled.split_heads(shuffled.w_q(x_kv))  # (B, H, Lk, D)
+    q_old = mha.split_heads(mha.w_q(x_kv))  # (B, H, Lk, D)
+    expect_close("shuffled.split_heads(shuffled.w_q(x_kv))", q_new,
+                 q_old[:, perm],
+                 hint="head i of the new module is head perm[i] of mha: "
+                 "its rows are perm[i] * D to (perm[i] + 1) * D - 1; and "
+                 "do not change mha itself")  # fmt: skip
+    expect(shuffled is not mha
+           and shuffled.w_q.weight is not mha.w_q.weight,
+           "shuffle_heads should return a new module",
+           hint="copy.deepcopy(mha), then reorder the copy's "
+           "weights")  # fmt: skip
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1
@@ -1296,3 +1325,85 @@ expect(shuffled is not mha and shuffled.w_q.weight is not mha.w_q.weight,
 # def split_heads(x, H):
 #     B, L, C = x.shape
 #     return x.view(B, H, L, C // H)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: delegate
+# def split_heads(x, H):
+#     return MultiHeadAttention(x.size(-1), H).split_heads(x)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
+# def split_heads(x, H):
+#     B, L, C = x.shape
+#     return torch.zeros(B, H, L, C // H, dtype=x.dtype)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: delegate
+# def merge_heads(x):
+#     return mha.merge_heads(x)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def merge_heads(x):
+#     B, H, L, D = x.shape
+#     return torch.zeros(B, L, H * D, dtype=x.dtype)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def multi_head_attention(mha, query, key, value, mask=None):
+#     return mha(query, key, value, mask)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def multi_head_attention(mha, query, key, value, mask=None):
+#     return query
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: delegate
+# def mha_parameters(C, bias=True):
+#     module = MultiHeadAttention(C, 1, bias=bias)
+#     return sum(p.numel() for p in module.parameters())
+#
+#
+# def mha_flops(B, Lq, Lk, C):
+#     module = MultiHeadAttention(C, 1, dropout=0.0)
+#     query, kv = torch.randn(B, Lq, C), torch.randn(B, Lk, C)
+#     with FlopCounterMode(display=False) as counter:
+#         module(query, kv, kv)
+#     return counter.get_total_flops()
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def mha_parameters(C, bias=True):
+#     return 0
+#
+#
+# def mha_flops(B, Lq, Lk, C):
+#     return 0
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: delegate
+# def load_torch_mha(ours, theirs):
+#     ours.load_state_dict(from_torch_mha(theirs).state_dict())
+#     return ours
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def load_torch_mha(ours, theirs):
+#     return ours
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: trivial
+# def shuffle_heads(mha, perm):
+#     return copy.deepcopy(mha)

@@ -895,12 +895,9 @@ import math
 
 import torch
 
-from transformer_lite import (
-    MultiHeadAttention,
-    make_model,
-    sinusoidal_table,
-)
+from transformer_lite import MultiHeadAttention, make_model
 from transformer_lite.classroom import (
+    exercise,
     expect,
     expect_close,
     expect_tensor,
@@ -911,7 +908,6 @@ torch.manual_seed(4)  # the initial weights of the modules below
 B, L, C = 2, 10, 16
 x = torch.randn(B, L, C, generator=gen, dtype=torch.float64)  # (B, L, C)
 mha = MultiHeadAttention(C, 4, dropout=0.0).double().eval()
-table = sinusoidal_table(64, C, dtype=torch.float64)  # (64, C)
 # a one-layer Transformer, the reference of exercise 4.6
 model = make_model(20, 20, n_layers=1, d_model=C, d_ff=32, n_heads=2,
                    max_len=64).double().eval()  # fmt: skip
@@ -942,18 +938,33 @@ def order_gap(mha, x, perm, pe=None):
 
 
 # %% tags=["check"]
+from transformer_lite import sinusoidal_table
+
+# the package's table, the reference of the checks below
+table = sinusoidal_table(64, C, dtype=torch.float64)  # (64, C)
 perm = [3, 0, 7, 1, 9, 2, 5, 8, 4, 6]
-gap = order_gap(mha, x, perm)
-expect(isinstance(gap, float) and gap < 1e-12,
-       f"without positions the gap should be round-off, got {gap!r}",
-       hint="compare mha on the shuffled input with mha's output "
-       "shuffled the same way, out[:, perm]; return a float "
-       "(.item())")  # fmt: skip
-gap = order_gap(mha, x, perm, table[:L])
-expect(gap > 1e-3,
-       f"with positions the gap should be large, got {gap!r}",
-       hint="add the position table after shuffling the tokens: "
-       "x[:, perm] + pe, not (x + pe)[:, perm]")  # fmt: skip
+# the gap with positions, the permutation written as a matrix P
+P = torch.eye(L, dtype=torch.float64)[perm]  # (L, L)
+y, y_shuffled = x + table[:L], P @ x + table[:L]  # (B, L, C)
+want = (mha(y_shuffled, y_shuffled, y_shuffled) - P @ mha(y, y, y))
+want = want.abs().max().item()
+with exercise("4.1"):
+    gap = order_gap(mha, x, perm)
+    expect(isinstance(gap, float) and gap < 1e-12,
+           f"without positions the gap should be round-off, got {gap!r}",
+           hint="compare mha on the shuffled input with mha's output "
+           "shuffled the same way, out[:, perm]; return a float "
+           "(.item())")  # fmt: skip
+    gap = order_gap(mha, x, perm, table[:L])
+    expect(gap > 1e-3,
+           f"with positions the gap should be large, got {gap!r}",
+           hint="add the position table after shuffling the tokens: "
+           "x[:, perm] + pe, not (x + pe)[:, perm]")  # fmt: skip
+    expect(math.isclose(gap, want, rel_tol=1e-9),
+           f"with positions the gap is {want:.6g}, got {gap!r}",
+           hint="the largest absolute difference over every batch, "
+           "position and channel: (out_shuffled - out[:, perm]).abs()"
+           ".max()")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 4.2: the frequencies (1 point)
@@ -973,13 +984,17 @@ def frequencies(d_model, base=10000.0):
 
 
 # %% tags=["check"]
-for base in (10000.0, 100.0):
-    row = sinusoidal_table(2, C, base, dtype=torch.float64)[1]  # (C,)
-    expect_close(f"frequencies({C}, base={base})",
-                 frequencies(C, base), torch.atan2(row[0::2], row[1::2]),
-                 hint="omega_i = base ** (-2 * i / d_model) for i = 0 .. "
-                 "d_model/2 - 1: the exponent uses the even column "
-                 "2i, and omega_0 = 1")  # fmt: skip
+from transformer_lite.rotary import rotary_angles, rotate_pairs
+
+with exercise("4.2", twins=[sinusoidal_table, rotary_angles]):
+    for base in (10000.0, 100.0):
+        row = sinusoidal_table(2, C, base, dtype=torch.float64)[1]  # (C,)
+        expect_close(f"frequencies({C}, base={base})",
+                     frequencies(C, base),
+                     torch.atan2(row[0::2], row[1::2]),
+                     hint="omega_i = base ** (-2 * i / d_model) for i = 0 "
+                     ".. d_model/2 - 1: the exponent uses the even column "
+                     "2i, and omega_0 = 1")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 4.3: the sinusoidal table (1 point)
@@ -1003,14 +1018,18 @@ def sin_cos_table(max_len, d_model, base=10000.0):
 
 
 # %% tags=["check"]
-for max_len, d_model, base in ((50, C, 10000.0), (7, 6, 100.0)):
-    expect_close(f"sin_cos_table({max_len}, {d_model}, {base})",
-                 sin_cos_table(max_len, d_model, base),
-                 sinusoidal_table(max_len, d_model, base,
-                                  dtype=torch.float64),
-                 hint="even columns hold the sines and odd columns the "
-                 "cosines, interleaved (out[:, 0::2], out[:, 1::2]); "
-                 "not all sines first")  # fmt: skip
+from transformer_lite import SinusoidalPositionalEncoding
+
+with exercise("4.3", after=["4.2"], twins=[
+        sinusoidal_table, SinusoidalPositionalEncoding.forward]):
+    for max_len, d_model, base in ((50, C, 10000.0), (7, 6, 100.0)):
+        expect_close(f"sin_cos_table({max_len}, {d_model}, {base})",
+                     sin_cos_table(max_len, d_model, base),
+                     sinusoidal_table(max_len, d_model, base,
+                                      dtype=torch.float64),
+                     hint="even columns hold the sines and odd columns the "
+                     "cosines, interleaved (out[:, 0::2], out[:, 1::2]); "
+                     "not all sines first")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 4.4: moving $k$ places is a rotation (2 points)
@@ -1038,18 +1057,22 @@ def offset_matrix(k, d_model, base=10000.0):
 
 
 # %% tags=["check", "points-2"]
-for k in (1, 5, 12, -3):
-    M = offset_matrix(k, C)
-    expect_tensor(f"offset_matrix({k}, {C})", M, shape=(C, C),
-                  dtype=torch.float64,
-                  hint="M_k is a (d_model, d_model) float64 "
-                  "matrix")  # fmt: skip
-    start, stop = max(0, -k), min(64, 64 - k)
-    expect_close(f"table[{start}:{stop}] @ offset_matrix({k}, {C}).T",
-                 table[start:stop] @ M.T, table[start + k : stop + k],
-                 hint="block i is [[cos, sin], [-sin, cos]] at the angle "
-                 "omega_i * k, at rows and columns 2i and 2i + 1; "
-                 "check the signs of the sines")  # fmt: skip
+from transformer_lite import RotaryEmbedding
+
+with exercise("4.4", after=["4.2"],
+              twins=[rotate_pairs, RotaryEmbedding.rotate]):
+    for k in (1, 5, 12, -3):
+        M = offset_matrix(k, C)
+        expect_tensor(f"offset_matrix({k}, {C})", M, shape=(C, C),
+                      dtype=torch.float64,
+                      hint="M_k is a (d_model, d_model) float64 "
+                      "matrix")  # fmt: skip
+        start, stop = max(0, -k), min(64, 64 - k)
+        expect_close(f"table[{start}:{stop}] @ offset_matrix({k}, {C}).T",
+                     table[start:stop] @ M.T, table[start + k : stop + k],
+                     hint="block i is [[cos, sin], [-sin, cos]] at the "
+                     "angle omega_i * k, at rows and columns 2i and "
+                     "2i + 1; check the signs of the sines")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 4.5: similarity depends on the offset only (1 point)
@@ -1072,10 +1095,11 @@ def pe_dot(offsets, d_model, base=10000.0):
 offsets = torch.arange(-20, 21)  # (K,)
 dots = table @ table.T  # (64, 64): PE(pos) . PE(pos')
 want = torch.stack([dots.diagonal(k)[5] for k in offsets.tolist()])
-expect_close("pe_dot(offsets, C)", pe_dot(offsets, C), want,
-             hint="per frequency, sin a sin b + cos a cos b = "
-             "cos(a - b): sum cos(omega_i * k) over the d_model/2 "
-             "frequencies")  # fmt: skip
+with exercise("4.5", after=["4.2"], twins=[sinusoidal_table]):
+    expect_close("pe_dot(offsets, C)", pe_dot(offsets, C), want,
+                 hint="per frequency, sin a sin b + cos a cos b = "
+                 "cos(a - b): sum cos(omega_i * k) over the d_model/2 "
+                 "frequencies")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 4.6: embeddings with positions (2 points)
@@ -1098,22 +1122,28 @@ def embed_with_positions(tokens, embedding, table, offset=0):
 
 
 # %% tags=["check"]
-expect_close("embed_with_positions(tokens, ...)",
-             embed_with_positions(tokens, model.src_embed,
-                                  model.positional.table),
-             model.embed(tokens, model.src_embed),
-             hint="scale the token vectors by sqrt(d_model) before "
-             "adding the table, as the paper's embedding layers "
-             "do")  # fmt: skip
+from transformer_lite import Transformer
+
+with exercise("4.6", twins=[Transformer.embed,
+                            SinusoidalPositionalEncoding.forward]):
+    expect_close("embed_with_positions(tokens, ...)",
+                 embed_with_positions(tokens, model.src_embed,
+                                      model.positional.table),
+                 model.embed(tokens, model.src_embed),
+                 hint="scale the token vectors by sqrt(d_model) before "
+                 "adding the table, as the paper's embedding layers "
+                 "do")  # fmt: skip
 
 # %% tags=["check"]
 step = tokens[:, 4:5]  # (B, 1): the token at step 4
-expect_close("embed_with_positions(step, ..., offset=4)",
-             embed_with_positions(step, model.tgt_embed,
-                                  model.positional.table, 4),
-             model.embed(step, model.tgt_embed, offset=4),
-             hint="the positions start at offset: add rows offset .. "
-             "offset + L - 1 of the table")  # fmt: skip
+with exercise("4.6", twins=[Transformer.embed,
+                            SinusoidalPositionalEncoding.forward]):
+    expect_close("embed_with_positions(step, ..., offset=4)",
+                 embed_with_positions(step, model.tgt_embed,
+                                      model.positional.table, 4),
+                 model.embed(step, model.tgt_embed, offset=4),
+                 hint="the positions start at offset: add rows offset .. "
+                 "offset + L - 1 of the table")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 4.7: rotating by position (2 points)
@@ -1147,11 +1177,13 @@ def rotate_by_position(x, positions, base=10000.0):
 
 # %% tags=["check"]
 first = table[0].repeat(64, 1)  # (64, C): PE(0) in every row
-expect_close("rotate_by_position(PE(0) rows, arange(64))",
-             rotate_by_position(first, torch.arange(64)), table,
-             hint="turn pair i of row l by omega_i * positions[l], with "
-             "the signs of M_k: (a cos + b sin, -a sin + b "
-             "cos)")  # fmt: skip
+with exercise("4.7", after=["4.2"],
+              twins=[rotate_pairs, RotaryEmbedding.rotate]):
+    expect_close("rotate_by_position(PE(0) rows, arange(64))",
+                 rotate_by_position(first, torch.arange(64)), table,
+                 hint="turn pair i of row l by omega_i * positions[l], "
+                 "with the signs of M_k: (a cos + b sin, -a sin + b "
+                 "cos)")  # fmt: skip
 
 
 # %% tags=["check"]
@@ -1163,16 +1195,18 @@ def score(q, k, m, n):
 
 
 q, k = torch.randn(2, C, generator=gen, dtype=torch.float64)  # (C,), (C,)
-same = torch.stack([score(q, k, m, m + 7) for m in (0, 3, 40)])
-expect_close("the score at offset 7, from positions 0, 3, 40", same,
-             same[:1].expand(3),
-             hint="the query and the key must both be turned, each by "
-             "its own position: then only the offset n - m "
-             "remains")  # fmt: skip
-expect(bool((score(q, k, 0, 8) - same[0]).abs() > 1e-3),
-       "the score at offset 8 equals the score at offset 7",
-       hint="the angle of pair i is omega_i times the position, not "
-       "a constant")  # fmt: skip
+with exercise("4.7", after=["4.2"],
+              twins=[rotate_pairs, RotaryEmbedding.rotate]):
+    same = torch.stack([score(q, k, m, m + 7) for m in (0, 3, 40)])
+    expect_close("the score at offset 7, from positions 0, 3, 40", same,
+                 same[:1].expand(3),
+                 hint="the query and the key must both be turned, each by "
+                 "its own position: then only the offset n - m "
+                 "remains")  # fmt: skip
+    expect(bool((score(q, k, 0, 8) - same[0]).abs() > 1e-3),
+           "the score at offset 8 equals the score at offset 7",
+           hint="the angle of pair i is omega_i times the position, not "
+           "a constant")  # fmt: skip
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 3
@@ -1181,3 +1215,88 @@ expect(bool((score(q, k, 0, 8) - same[0]).abs() > 1e-3),
 #     pos = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
 #     angle = pos * frequencies(d_model, base)
 #     return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
+# def order_gap(mha, x, perm, pe=None):
+#     return 0.0 if pe is None else 1.0
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: delegate
+# def frequencies(d_model, base=10000.0):
+#     row = sinusoidal_table(2, d_model, base, dtype=torch.float64)[1]
+#     return torch.atan2(row[0::2], row[1::2])
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def frequencies(d_model, base=10000.0):
+#     return torch.ones(d_model // 2, dtype=torch.float64)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def sin_cos_table(max_len, d_model, base=10000.0):
+#     return sinusoidal_table(max_len, d_model, base, dtype=torch.float64)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def sin_cos_table(max_len, d_model, base=10000.0):
+#     return torch.zeros(max_len, d_model, dtype=torch.float64)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: delegate
+# def offset_matrix(k, d_model, base=10000.0):
+#     # rotate_pairs turns by +angle; M_k turns by -omega_i k
+#     angles = -k * frequencies(d_model, base)  # (C/2,)
+#     eye = torch.eye(d_model, dtype=torch.float64)
+#     return rotate_pairs(eye, angles.expand(d_model, -1)).T
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def offset_matrix(k, d_model, base=10000.0):
+#     return torch.eye(d_model, dtype=torch.float64)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: delegate
+# def pe_dot(offsets, d_model, base=10000.0):
+#     far = int(offsets.abs().max())
+#     t = sinusoidal_table(2 * far + 1, d_model, base, dtype=torch.float64)
+#     return t[far + offsets] @ t[far]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def pe_dot(offsets, d_model, base=10000.0):
+#     return torch.zeros(offsets.numel(), dtype=torch.float64)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: delegate
+# def embed_with_positions(tokens, embedding, table, offset=0):
+#     return model.embed(tokens, embedding, offset)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: trivial
+# def embed_with_positions(tokens, embedding, table, offset=0):
+#     return embedding(tokens)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 7
+# kind: delegate
+# def rotate_by_position(x, positions, base=10000.0):
+#     angles = -positions.unsqueeze(-1) * frequencies(x.size(-1), base)
+#     return rotate_pairs(x, angles)  # (..., L, C)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 7
+# kind: trivial
+# def rotate_by_position(x, positions, base=10000.0):
+#     return x

@@ -1319,18 +1319,9 @@ assert many_loss.item() > 1.05 * math.log(V)  # 1.10 or more in 20 seeds
 import math
 
 import torch
-import torch.nn.functional as F
 
-from transformer_lite import (
-    DecoderLayer,
-    EncoderLayer,
-    FeedForward,
-    TransformerConfig,
-    make_model,
-    padding_mask,
-    target_mask,
-)
-from transformer_lite.classroom import expect_close, expect_equal
+from transformer_lite import padding_mask, target_mask
+from transformer_lite.classroom import exercise, expect_close, expect_equal
 
 torch.manual_seed(5)  # the layers' initial weights
 gen = torch.Generator().manual_seed(5)  # the inputs
@@ -1363,8 +1354,10 @@ def feed_forward(x, W_1, b_1, W_2, b_2):
 
 
 # %% tags=["check"]
+from transformer_lite import FeedForward
+
 ffn = FeedForward(C, D_FF, dropout=0.0).double().eval()
-with torch.no_grad():
+with torch.no_grad(), exercise("5.1", twins=[FeedForward.forward]):
     expect_close("feed_forward(x, ...)",
                  feed_forward(x_src, ffn.w_1.weight.T, ffn.w_1.bias,
                               ffn.w_2.weight.T, ffn.w_2.bias),
@@ -1392,22 +1385,31 @@ def layer_norm(x, gamma, beta, eps=1e-5):
 
 
 # %% tags=["check"]
+import torch.nn.functional as F
+
 gamma = 1 + 0.1 * torch.randn(C, generator=gen, dtype=torch.float64)
 beta = 0.1 * torch.randn(C, generator=gen, dtype=torch.float64)
-expect_close("layer_norm(x, gamma, beta)", layer_norm(x_src, gamma, beta),
-             F.layer_norm(x_src, (C,), gamma, beta, eps=1e-5),
-             hint="the variance divides by C, not C - 1: "
-             "x.var(-1, unbiased=False), or the mean of the squared "
-             "deviations")  # fmt: skip
+# F.layer_norm, and nn.LayerNorm that calls it, are refused
+with exercise("5.2", twins=[F.layer_norm, torch.layer_norm,
+                            torch.native_layer_norm]):
+    expect_close("layer_norm(x, gamma, beta)",
+                 layer_norm(x_src, gamma, beta),
+                 F.layer_norm(x_src, (C,), gamma, beta, eps=1e-5),
+                 hint="the variance divides by C, not C - 1: "
+                 "x.var(-1, unbiased=False), or the mean of the squared "
+                 "deviations")  # fmt: skip
 
 # %% tags=["check"]
 flat = 1 + 1e-3 * torch.randn(3, C, generator=gen, dtype=torch.float64)
 ones = torch.ones(C, dtype=torch.float64)
 zeros = torch.zeros(C, dtype=torch.float64)
-expect_close("layer_norm(flat, 1, 0)", layer_norm(flat, ones, zeros),
-             F.layer_norm(flat, (C,), eps=1e-5),
-             hint="epsilon is added to the variance, inside the square "
-             "root: sqrt(var + eps), not sqrt(var) + eps")  # fmt: skip
+with exercise("5.2", twins=[F.layer_norm, torch.layer_norm,
+                            torch.native_layer_norm]):
+    expect_close("layer_norm(flat, 1, 0)", layer_norm(flat, ones, zeros),
+                 F.layer_norm(flat, (C,), eps=1e-5),
+                 hint="epsilon is added to the variance, inside the "
+                 "square root: sqrt(var + eps), not sqrt(var) + "
+                 "eps")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 5.3: an encoder layer from its parts (2 points)
@@ -1439,8 +1441,11 @@ def encoder_layer(layer, x, mask):
 
 
 # %% tags=["check"]
+from transformer_lite import EncoderLayer
+
 post = EncoderLayer(C, H, D_FF, dropout=0.0).double().eval()
-with torch.no_grad():
+with torch.no_grad(), exercise("5.3", twins=[
+        EncoderLayer.forward, EncoderLayer._attend, EncoderLayer._feed]):
     expect_close("encoder_layer(post-LN layer, x, mask)",
                  encoder_layer(post, x_src, src_mask),
                  post(x_src, src_mask),
@@ -1451,7 +1456,8 @@ with torch.no_grad():
 # %% tags=["check"]
 pre = EncoderLayer(C, H, D_FF, dropout=0.0, norm_first=True)
 pre = pre.double().eval()
-with torch.no_grad():
+with torch.no_grad(), exercise("5.3", twins=[
+        EncoderLayer.forward, EncoderLayer._attend, EncoderLayer._feed]):
     expect_close("encoder_layer(pre-LN layer, x, mask)",
                  encoder_layer(pre, x_src, src_mask),
                  pre(x_src, src_mask),
@@ -1495,11 +1501,15 @@ def decoder_layer(layer, x, memory, src_mask, tgt_mask):
 
 
 # %% tags=["check", "points-2"]
-for norm_first in (False, True):
-    dec = DecoderLayer(C, H, D_FF, dropout=0.0, norm_first=norm_first)
-    dec = dec.double().eval()
-    with torch.no_grad():
-        expect_close(f"decoder_layer(norm_first={norm_first})",
+from transformer_lite import DecoderLayer
+
+decoders = [DecoderLayer(C, H, D_FF, dropout=0.0, norm_first=norm_first)
+            .double().eval() for norm_first in (False, True)]  # fmt: skip
+with torch.no_grad(), exercise("5.4", twins=[
+        DecoderLayer.forward, DecoderLayer._attend, DecoderLayer._cross,
+        DecoderLayer._feed]):
+    for dec in decoders:
+        expect_close(f"decoder_layer(norm_first={dec.norm_first})",
                      decoder_layer(dec, x_tgt, x_src, src_mask, tgt_mask),
                      dec(x_tgt, x_src, src_mask, tgt_mask),
                      hint="cross-attention takes its queries from the "
@@ -1526,9 +1536,16 @@ def embed(tokens, E, pe):
 
 
 # %% tags=["check"]
+from transformer_lite import (
+    SinusoidalPositionalEncoding,
+    Transformer,
+    make_model,
+)
+
 model = make_model(V, V, n_layers=1, d_model=C, d_ff=D_FF, n_heads=H,
                    dropout=0.0).double().eval()  # fmt: skip
-with torch.no_grad():
+with torch.no_grad(), exercise("5.5", twins=[
+        Transformer.embed, SinusoidalPositionalEncoding.forward]):
     expect_close("embed(src, E, pe)",
                  embed(src, model.src_embed.weight, model.positional.table),
                  model.embed(src, model.src_embed),
@@ -1567,28 +1584,36 @@ def n_parameters(V_src, V_tgt, N, C, d_ff, tie=False, norm_first=False):
 
 
 # %% tags=["check"]
+from transformer_lite import TransformerConfig
+
 small = make_model(13, 17, n_layers=2, d_model=8, d_ff=12, n_heads=2)
-expect_equal("n_parameters(13, 17, 2, 8, 12)",
-             n_parameters(13, 17, 2, 8, 12), small.count_parameters(),
-             hint="an encoder layer holds one attention (four C x C "
-             "matrices with biases), a feed-forward network and two "
-             "LayerNorms of 2C each; a decoder layer two attentions "
-             "and three LayerNorms")  # fmt: skip
+want = small.count_parameters()
+with exercise("5.6", twins=[make_model, Transformer.__init__,
+                            TransformerConfig.n_parameters]):
+    expect_equal("n_parameters(13, 17, 2, 8, 12)",
+                 n_parameters(13, 17, 2, 8, 12), want,
+                 hint="an encoder layer holds one attention (four C x C "
+                 "matrices with biases), a feed-forward network and two "
+                 "LayerNorms of 2C each; a decoder layer two attentions "
+                 "and three LayerNorms")  # fmt: skip
 
 # %% tags=["check"]
-for args in ((37_000, 37_000, 6, 512, 2048, True, False),
-             (8000, 6000, 6, 512, 2048, False, True),
-             (50, 50, 3, 64, 96, True, True)):  # fmt: skip
-    V_src, V_tgt, N, d_model, d_ff, tie, norm_first = args
-    config = TransformerConfig(V_src, V_tgt, n_layers=N, d_model=d_model,
-                               d_ff=d_ff, n_heads=8, tie_embeddings=tie,
-                               norm_first=norm_first)  # fmt: skip
-    expect_equal(f"n_parameters{args}", n_parameters(*args),
-                 config.n_parameters(),
-                 hint="tied, one V x C matrix serves both embeddings "
-                 "and the output weight, which keeps its own bias of "
-                 "V; pre-LN adds a final LayerNorm to each "
-                 "stack")  # fmt: skip
+with exercise("5.6", twins=[make_model, Transformer.__init__,
+                            TransformerConfig.n_parameters]):
+    for args in ((37_000, 37_000, 6, 512, 2048, True, False),
+                 (8000, 6000, 6, 512, 2048, False, True),
+                 (50, 50, 3, 64, 96, True, True)):  # fmt: skip
+        V_src, V_tgt, N, d_model, d_ff, tie, norm_first = args
+        config = TransformerConfig(V_src, V_tgt, n_layers=N,
+                                   d_model=d_model, d_ff=d_ff, n_heads=8,
+                                   tie_embeddings=tie,
+                                   norm_first=norm_first)  # fmt: skip
+        expect_equal(f"n_parameters{args}", n_parameters(*args),
+                     config.n_parameters(),
+                     hint="tied, one V x C matrix serves both embeddings "
+                     "and the output weight, which keeps its own bias of "
+                     "V; pre-LN adds a final LayerNorm to each "
+                     "stack")  # fmt: skip
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 2
@@ -1597,3 +1622,78 @@ for args in ((37_000, 37_000, 6, 512, 2048, True, False),
 #     mu = x.mean(dim=-1, keepdim=True)
 #     var = x.var(dim=-1, keepdim=True)
 #     return gamma * (x - mu) / torch.sqrt(var + eps) + beta
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: delegate
+# def feed_forward(x, W_1, b_1, W_2, b_2):
+#     return ffn(x)  # the check's own module
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
+# def feed_forward(x, W_1, b_1, W_2, b_2):
+#     return x
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: delegate
+# def layer_norm(x, gamma, beta, eps=1e-5):
+#     return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def layer_norm(x, gamma, beta, eps=1e-5):
+#     return x
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def encoder_layer(layer, x, mask):
+#     return layer(x, mask)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def encoder_layer(layer, x, mask):
+#     return x
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: delegate
+# def decoder_layer(layer, x, memory, src_mask, tgt_mask):
+#     return layer(x, memory, src_mask, tgt_mask)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def decoder_layer(layer, x, memory, src_mask, tgt_mask):
+#     return x
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: delegate
+# def embed(tokens, E, pe):
+#     return model.embed(tokens, torch.nn.Embedding.from_pretrained(E))
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def embed(tokens, E, pe):
+#     return E[tokens]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: delegate
+# def n_parameters(V_src, V_tgt, N, C, d_ff, tie=False, norm_first=False):
+#     config = TransformerConfig(V_src, V_tgt, n_layers=N, d_model=C,
+#                                d_ff=d_ff, n_heads=1, tie_embeddings=tie,
+#                                norm_first=norm_first)
+#     return config.n_parameters()
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: trivial
+# def n_parameters(V_src, V_tgt, N, C, d_ff, tie=False, norm_first=False):
+#     return 0
