@@ -704,8 +704,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from transformer_lite import FeedForward, MultiHeadAttention
 from transformer_lite.classroom import (
+    exercise,
     expect,
     expect_close,
     expect_equal,
@@ -730,7 +730,9 @@ x = torch.randn(2, 3, 8, generator=gen, dtype=torch.float64)
 # becomes $\pm 127$. Write `quantize_rows(w)` for a matrix of shape
 # (out, in): it returns `(q, scale)`, `q` an int8 tensor of the same
 # shape and `scale` of shape (out, 1), in `w`'s dtype. A row of zeros
-# gets the scale 1 (and $q = 0$).
+# gets the scale 1 (and $q = 0$). PyTorch's own quantisers
+# (`torch.quantize_per_channel`, `torch.fake_quantize_per_channel_affine`)
+# do not serve your code.
 
 # %% tags=["solution", "hide-input"]
 def quantize_rows(w):
@@ -743,15 +745,18 @@ def quantize_rows(w):
 
 
 # %% tags=["check"]
-q, scale = quantize_rows(W)
-expect_tensor("q", q, shape=W.shape, dtype=torch.int8,
-              hint="store q as int8 integers: .to(torch.int8), after "
-              "rounding")  # fmt: skip
 want_scale = W.abs().amax(dim=-1, keepdim=True) / 127  # (out, 1)
 want_scale[2] = 1.0  # the row of zeros
-expect_close("scale", scale, want_scale,
-             hint="one scale per row: the row's largest |w| divided by "
-             "127, and 1 for a row of zeros (0 / 0 is NaN)")  # fmt: skip
+with exercise("12.1", twins=[torch.quantize_per_channel,
+                             torch.fake_quantize_per_channel_affine]):
+    q, scale = quantize_rows(W)
+    expect_tensor("q", q, shape=W.shape, dtype=torch.int8,
+                  hint="store q as int8 integers: .to(torch.int8), after "
+                  "rounding")  # fmt: skip
+    expect_close("scale", scale, want_scale,
+                 hint="one scale per row: the row's largest |w| divided "
+                 "by 127, and 1 for a row of zeros (0 / 0 is "
+                 "NaN)")  # fmt: skip
 
 # %% tags=["check"]
 want_scale = W.abs().amax(dim=-1, keepdim=True) / 127  # (out, 1)
@@ -760,10 +765,12 @@ want_scale[2] = 1.0
 fake = torch.fake_quantize_per_channel_affine(
     W, want_scale.flatten(), torch.zeros(6, dtype=torch.int32), 0,
     -127, 127)  # fmt: skip
-expect_equal("q", quantize_rows(W)[0],
-             (fake / want_scale).round().to(torch.int8),
-             hint="round to the nearest integer (torch.round); "
-             ".to(torch.int8) alone cuts toward zero")  # fmt: skip
+with exercise("12.1", twins=[torch.quantize_per_channel,
+                             torch.fake_quantize_per_channel_affine]):
+    expect_equal("q", quantize_rows(W)[0],
+                 (fake / want_scale).round().to(torch.int8),
+                 hint="round to the nearest integer (torch.round); "
+                 ".to(torch.int8) alone cuts toward zero")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 12.2: back to floats, and the error (1 point)
@@ -780,17 +787,26 @@ def dequantize(q, scale):
 
 
 # %% tags=["check"]
-q, scale = quantize_rows(W)
-w_hat = dequantize(q, scale)
-want = torch.fake_quantize_per_channel_affine(
-    W, scale.flatten(), torch.zeros(6, dtype=torch.int32), 0,
-    -127, 127)  # fmt: skip
-expect_close("dequantize(q, scale)", w_hat, want, atol=1e-7,
-             hint="multiply the integers by their row's scale, in "
-             "floating point")  # fmt: skip
-expect(bool(((W - w_hat).abs() <= scale / 2 + 1e-7).all()),
-       "some entry moved by more than half its row's step",
-       hint="multiply by the scale, do not divide")  # fmt: skip
+# W quantised by PyTorch's own fake quantisation (the integers, their
+# scales, and the floats they stand for), not by your quantize_rows
+s_W = W.abs().amax(dim=-1, keepdim=True) / 127  # (out, 1)
+s_W[2] = 1.0  # the row of zeros
+W_hat = torch.fake_quantize_per_channel_affine(
+    W, s_W.flatten(), torch.zeros(6, dtype=torch.int32), 0, -127, 127)
+q_W = (W_hat / s_W).round().to(torch.int8)  # (out, in)
+with exercise("12.2"):
+    w_hat = dequantize(q_W, s_W)
+    expect_close("dequantize(q, scale)", w_hat, W_hat, atol=1e-7,
+                 dtype=torch.float32,
+                 hint="multiply the integers by their row's scale, in "
+                 "floating point")  # fmt: skip
+    expect(bool(((W - w_hat).abs() <= s_W / 2 + 1e-7).all()),
+           "some entry moved by more than half its row's step",
+           hint="multiply by the scale, do not divide")  # fmt: skip
+    expect_tensor("dequantize(q, scale.double())",
+                  dequantize(q_W, s_W.double()), dtype=torch.float64,
+                  hint="the floats come out in the scale's dtype: "
+                  "q.to(scale.dtype)")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 12.3: an int8 linear layer (2 points)
@@ -805,6 +821,9 @@ expect(bool(((W - w_hat).abs() <= scale / 2 + 1e-7).all()),
 # $x e_W^\top + e_x \hat W^\top$, so
 # $|y_{no} - (x W^\top + b)_{no}| \le \frac{s_{w,o}}{2} \|x_n\|_1 +
 # \frac{s_{x,n}}{2} \|\hat W_o\|_1$; the second check confirms it.
+# Multiply the integers yourself: neither a float product of the
+# dequantised tensors (`F.linear`) nor the package's `quantize_int8`
+# serves your code.
 
 # %% tags=["solution", "hide-input"]
 def int8_linear(x, q_w, s_w, bias):
@@ -816,25 +835,39 @@ def int8_linear(x, q_w, s_w, bias):
 
 
 # %% tags=["check"]
-q_w, s_w = quantize_rows(W)
-y = int8_linear(X, q_w, s_w, b)
-q_x, s_x = quantize_rows(X)
-want = F.linear(dequantize(q_x, s_x), dequantize(q_w, s_w), b)
-expect_close("int8_linear(X, q_w, s_w, b)", y, want, atol=1e-5,
-             hint="multiply the integers in int32 (int8 products "
-             "overflow), then scale by s_x, one per row of x, and s_w, "
-             "one per output")  # fmt: skip
+from transformer_lite.shipping.quantize import quantize_int8
+
+# W and X quantised by PyTorch's fake quantisation, not by quantize_rows
+zeros = torch.zeros(6, dtype=torch.int32)
+s_W = W.abs().amax(dim=-1, keepdim=True) / 127  # (out, 1)
+s_W[2] = 1.0  # the row of zeros
+W_hat = torch.fake_quantize_per_channel_affine(
+    W, s_W.flatten(), zeros, 0, -127, 127)  # fmt: skip
+q_W = (W_hat / s_W).round().to(torch.int8)  # (out, in)
+s_X = X.abs().amax(dim=-1, keepdim=True) / 127  # (N, 1)
+X_hat = torch.fake_quantize_per_channel_affine(
+    X, s_X.flatten(), zeros[:4], 0, -127, 127)  # fmt: skip
+want = F.linear(X_hat, W_hat, b)  # (N, out)
+with exercise("12.3", after=["12.1"], twins=[F.linear, quantize_int8]):
+    expect_close("int8_linear(X, q_w, s_w, b)", int8_linear(X, q_W, s_W, b),
+                 want, atol=1e-5,
+                 hint="multiply the integers in int32 (int8 products "
+                 "overflow), then scale by s_x, one per row of x, and "
+                 "s_w, one per output")  # fmt: skip
 
 # %% tags=["check"]
-q_w, s_w = quantize_rows(W)
-q_x, s_x = quantize_rows(X)
-bound = (s_w.T / 2 * X.abs().sum(-1, keepdim=True)
-         + s_x / 2 * dequantize(q_w, s_w).abs().sum(-1))  # (N, out)
-error = (int8_linear(X, q_w, s_w, b) - F.linear(X, W, b)).abs()
-expect(bool((error <= bound + 1e-5).all()),
-       "the int8 result is further from the float one than rounding "
-       "allows", hint="quantise x row by row with its own scales, "
-       "and add the bias unquantised")  # fmt: skip
+from transformer_lite.shipping.quantize import quantize_int8
+
+s_X = X.abs().amax(dim=-1, keepdim=True) / 127  # (N, 1)
+bound = (s_W.T / 2 * X.abs().sum(-1, keepdim=True)
+         + s_X / 2 * W_hat.abs().sum(-1))  # (N, out)
+exact = F.linear(X, W, b)  # (N, out), in float32
+with exercise("12.3", after=["12.1"], twins=[F.linear, quantize_int8]):
+    error = (int8_linear(X, q_W, s_W, b) - exact).abs()
+    expect(bool((error <= bound + 1e-5).all()),
+           "the int8 result is further from the float one than rounding "
+           "allows", hint="quantise x row by row with its own scales, "
+           "and add the bias unquantised")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 12.4: a column-parallel linear layer (1 point)
@@ -845,7 +878,9 @@ expect(bool((error <= bound + 1e-5).all()),
 # its slice of $y$ from the whole $x$. `nn.Linear` keeps $W^\top$, so
 # a column of $W$ is a row of `linear.weight`. Write
 # `column_parallel(x, linear, n)`, returning the list of the $n$
-# devices' outputs, each of shape $(\dots, \mathit{out}/n)$.
+# devices' outputs, each of shape $(\dots, \mathit{out}/n)$, each
+# computed on its device: a slice of the whole output $y$, which no
+# device holds, is not one.
 
 # %% tags=["solution", "hide-input"]
 def column_parallel(x, linear, n):
@@ -860,13 +895,25 @@ def column_parallel(x, linear, n):
 # %% tags=["check"]
 torch.manual_seed(12)
 up = nn.Linear(8, 12).double()
-parts = column_parallel(x, up, 3)
-expect_equal("len(column_parallel(x, up, 3))", len(parts), 3)
-expect_close("torch.cat(column_parallel(x, up, 3), dim=-1)",
-             torch.cat(parts, dim=-1), up(x),
-             hint="device i holds rows i * out / n ... of "
-             "linear.weight, shape (out, in), and the same slice of the "
-             "bias: split along dim 0")  # fmt: skip
+with torch.no_grad():
+    y = up(x)  # (B, L, out): the whole output, which no device holds
+with exercise("12.4"):
+    for n in (3, 2):
+        parts = column_parallel(x, up, n)
+        expect_equal(f"len(column_parallel(x, up, {n}))", len(parts), n)
+        width = 12 // n
+        for i, part in enumerate(parts):
+            name = f"column_parallel(x, up, {n})[{i}]"
+            expect_close(name, part, y[..., i * width : (i + 1) * width],
+                         hint="device i holds rows i * out / n ... of "
+                         "linear.weight, shape (out, in), and the same "
+                         "slice of the bias: split along dim 0")  # fmt: skip
+            expect(part.untyped_storage().nbytes()
+                   == part.numel() * part.element_size(),
+                   f"{name} is a slice of a wider tensor, not a device's "
+                   "own output", hint="compute each device's slice from "
+                   "its own rows of the weight; do not compute the whole "
+                   "output and cut it")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 12.5: a row-parallel linear layer (1 point)
@@ -897,12 +944,29 @@ def row_parallel(x_parts, linear):
 torch.manual_seed(12)
 down = nn.Linear(12, 8).double()
 h = torch.randn(2, 3, 12, generator=gen, dtype=torch.float64)
-parts = row_parallel(list(h.chunk(3, dim=-1)), down)
-expect_equal("len(row_parallel(...))", len(parts), 3)
-expect_close("the sum of row_parallel(...)", sum(parts), down(h),
-             hint="add the bias once, on device 0 only: the all-reduce "
-             "sums the partial outputs, so a bias on every device "
-             "counts n times")  # fmt: skip
+h_parts = list(h.chunk(3, dim=-1))  # 3 x (B, L, in / 3)
+with torch.no_grad():
+    # device i's partial output: the layer on its slice of h alone (the
+    # rest zeros), without the bias except on device 0
+    alone = [torch.cat([h_j if j == i else torch.zeros_like(h_j)
+                        for j, h_j in enumerate(h_parts)], dim=-1)
+             for i in range(3)]  # fmt: skip
+    partials = [down(h_i) - (down.bias if i else 0.0)
+                for i, h_i in enumerate(alone)]  # fmt: skip
+    y = down(h)  # (B, L, out)
+with exercise("12.5"):
+    parts = row_parallel(h_parts, down)
+    expect_equal("len(row_parallel(...))", len(parts), 3)
+    for i, part in enumerate(parts):
+        expect_close(f"row_parallel(...)[{i}]", part, partials[i],
+                     hint="add the bias once, on device 0 only: the "
+                     "all-reduce sums the partial outputs, so a bias on "
+                     "every device counts n times; device i multiplies "
+                     "its slice of x by columns i * in / n ... of "
+                     "linear.weight")  # fmt: skip
+    expect_close("the sum of row_parallel(...)", sum(parts), y,
+                 hint="the partial outputs add up to the layer's "
+                 "output")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 12.6: the feed-forward block split (2 points)
@@ -912,26 +976,69 @@ expect_close("the sum of row_parallel(...)", sum(parts), down(h),
 # $d_{ff}/n$ hidden units and applies the ReLU to them alone, then
 # $W_2$ by rows. Write `parallel_feed_forward(x, ff, n)` from your two
 # functions, for a `FeedForward` `ff` (layers `ff.w_1`, `ff.w_2`),
-# returning the all-reduced output, of shape $(B, L, C)$.
+# returning the $n$ devices' partial outputs before the all-reduce,
+# each of shape $(B, L, C)$: their sum is the block's output. (The
+# block's own `forward` does not serve your code.)
 
 # %% tags=["solution", "hide-input"]
 def parallel_feed_forward(x, ff, n):
     ### BEGIN SOLUTION
     hidden = [torch.relu(h_i)  # (B, L, d_ff / n) on device i
               for h_i in column_parallel(x, ff.w_1, n)]  # fmt: skip
-    return sum(row_parallel(hidden, ff.w_2))  # (B, L, C), all-reduced
+    return row_parallel(hidden, ff.w_2)  # n x (B, L, C), to all-reduce
     ### END SOLUTION
 
 
 # %% tags=["check", "points-2"]
+from transformer_lite import FeedForward
+
+
+def shard(linear, rows=slice(None), columns=slice(None), bias=True):
+    """A device's share of ``linear``: an nn.Linear holding the rows and
+    columns of its weight (of W^T), and the bias of those rows, or
+    none."""
+    weight = linear.weight[rows, columns]  # (out share, in share)
+    part = nn.Linear(weight.size(1), weight.size(0), bias=bias,
+                     dtype=weight.dtype)  # fmt: skip
+    with torch.no_grad():
+        part.weight.copy_(weight)
+        if bias:
+            part.bias.copy_(linear.bias[rows])
+    return part
+
+
 torch.manual_seed(12)
 ff = FeedForward(8, 12, dropout=0.0).double()
+devices = {}  # n: what device i computes, as a FeedForward of its own
 for n in (2, 3):
-    expect_close(f"parallel_feed_forward(x, ff, {n})",
-                 parallel_feed_forward(x, ff, n), ff(x),
-                 hint="W_1 by columns, the ReLU on each device's hidden "
-                 "units, W_2 by rows, then add the partial outputs "
-                 "up")  # fmt: skip
+    devices[n] = []
+    for i in range(n):
+        units = slice(i * 12 // n, (i + 1) * 12 // n)  # its hidden units
+        block = FeedForward(8, 12 // n, dropout=0.0)
+        block.w_1 = shard(ff.w_1, rows=units)  # columns of W_1
+        block.w_2 = shard(ff.w_2, columns=units, bias=i == 0)  # rows of W_2
+        devices[n].append(block)
+with torch.no_grad():
+    want = {n: [block(x) for block in blocks]
+            for n, blocks in devices.items()}  # fmt: skip
+    y = ff(x)  # (B, L, C)
+with exercise("12.6", after=["12.4", "12.5"], twins=[FeedForward.forward]):
+    for n in (2, 3):
+        parts = parallel_feed_forward(x, ff, n)
+        expect_equal(f"len(parallel_feed_forward(x, ff, {n}))",
+                     len(parts), n)  # fmt: skip
+        expect_close(f"the sum of parallel_feed_forward(x, ff, {n})",
+                     sum(parts), y,
+                     hint="W_1 by columns, the ReLU on each device's "
+                     "hidden units, W_2 by rows: the partial outputs add "
+                     "up to the block's")  # fmt: skip
+        for i, part in enumerate(parts):
+            expect_close(f"parallel_feed_forward(x, ff, {n})[{i}]", part,
+                         want[n][i],
+                         hint="device i's partial output comes from its "
+                         "own d_ff / n hidden units alone (and b_2 on "
+                         "device 0 only); it is not the whole block's "
+                         "output")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 12.7: attention heads split (2 points)
@@ -943,7 +1050,9 @@ for n in (2, 3):
 # `parallel_attention(x, mha, n)`: the self-attention of `mha` (a
 # `MultiHeadAttention`, layers `mha.w_q`, `mha.w_k`, `mha.w_v`,
 # `mha.w_o`, head size `mha.d_k`) on $x$ of shape $(B, L, C)$, no
-# mask, computed this way; $n$ divides $H$.
+# mask, computed this way; $n$ divides $H$. Return the $n$ devices'
+# partial outputs before the all-reduce, each of shape $(B, L, C)$.
+# (The module's own `forward` does not serve your code.)
 
 # %% tags=["solution", "hide-input"]
 def parallel_attention(x, mha, n):
@@ -959,19 +1068,50 @@ def parallel_attention(x, mha, n):
         s = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H / n, L, L)
         out = s.softmax(dim=-1) @ v  # (B, H / n, L, D)
         heads.append(out.transpose(1, 2).reshape(B, L, -1))  # (B, L, C/n)
-    return sum(row_parallel(heads, mha.w_o))  # (B, L, C), all-reduced
+    return row_parallel(heads, mha.w_o)  # n x (B, L, C), to all-reduce
     ### END SOLUTION
 
 
 # %% tags=["check", "points-2"]
+from transformer_lite import MultiHeadAttention
+
 torch.manual_seed(12)
 mha = MultiHeadAttention(8, 4, dropout=0.0).double()
+devices = {}  # n: device i's heads, a MultiHeadAttention of its own
 for n in (2, 4):
-    expect_close(f"parallel_attention(x, mha, {n})",
-                 parallel_attention(x, mha, n), mha(x, x, x),
-                 hint="a device's C / n columns are H / n whole heads of "
-                 "D = C / H: split them into heads, attend, merge, then "
-                 "W^O by rows and add the partial outputs up")  # fmt: skip
+    devices[n] = []
+    for i in range(n):
+        heads = slice(i * 8 // n, (i + 1) * 8 // n)  # its H / n heads
+        block = MultiHeadAttention(8, 4, dropout=0.0)
+        # (shard, from the check of exercise 12.6): W^Q, W^K and W^V by
+        # columns, W^O by rows; the heads are counted from the columns
+        block.w_q, block.w_k, block.w_v = (
+            shard(w, rows=heads) for w in (mha.w_q, mha.w_k, mha.w_v))
+        block.w_o = shard(mha.w_o, columns=heads, bias=i == 0)
+        devices[n].append(block)
+with torch.no_grad():
+    want = {n: [block(x, x, x) for block in blocks]
+            for n, blocks in devices.items()}  # fmt: skip
+    y = mha(x, x, x)  # (B, L, C)
+with exercise("12.7", after=["12.4", "12.5"],
+              twins=[MultiHeadAttention.forward]):
+    for n in (2, 4):
+        parts = parallel_attention(x, mha, n)
+        expect_equal(f"len(parallel_attention(x, mha, {n}))", len(parts),
+                     n)  # fmt: skip
+        expect_close(f"the sum of parallel_attention(x, mha, {n})",
+                     sum(parts), y,
+                     hint="a device's C / n columns are H / n whole heads "
+                     "of D = C / H: split them into heads, attend, merge, "
+                     "then W^O by rows; the partial outputs add up to the "
+                     "module's")  # fmt: skip
+        for i, part in enumerate(parts):
+            expect_close(f"parallel_attention(x, mha, {n})[{i}]", part,
+                         want[n][i],
+                         hint="device i's partial output comes from its "
+                         "own H / n heads alone (and W^O's bias on device "
+                         "0 only); it is not the whole module's "
+                         "output")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 12.8: FSDP's shards (2 points)
@@ -981,7 +1121,8 @@ for n in (2, 4):
 # to $\min((r + 1) c, \mathit{rows})$, which leaves the last ranks
 # short, or empty. Write `fsdp_shards(param, n)`, the list of the $n$
 # ranks' shards (an empty one has 0 rows and the other axes of
-# `param`). Then write `bytes_per_rank(model, n)`: for each rank, the
+# `param`), cut by slicing (`torch.chunk` itself does not serve your
+# code). Then write `bytes_per_rank(model, n)`: for each rank, the
 # bytes of its shards of all the parameters of `model`.
 
 # %% tags=["solution", "hide-input"]
@@ -1003,30 +1144,46 @@ def bytes_per_rank(model, n):
 
 
 # %% tags=["check"]
-for rows, n in ((10, 4), (5, 4), (1, 2), (8, 2)):
-    param = torch.arange(rows * 3).view(rows, 3)
-    shards = fsdp_shards(param, n)
-    chunks = param.chunk(n)  # may be fewer than n
-    want = [len(c) for c in chunks] + [0] * (n - len(chunks))
-    expect_equal(f"rows of fsdp_shards(({rows}, 3), {n})",
-                 [len(s) for s in shards], want,
-                 hint="c = ceil(rows / n) rows per rank, the last ranks "
-                 "short or empty, as torch.chunk cuts: not the "
-                 "near-equal split of torch.tensor_split")  # fmt: skip
-    expect_equal("torch.cat(shards)", torch.cat(shards), param,
-                 hint="the shards, in rank order, are the parameter "
-                 "again")  # fmt: skip
+with exercise("12.8", twins=[torch.chunk, torch.Tensor.chunk]):
+    for rows, n in ((10, 4), (5, 4), (1, 2), (8, 2)):
+        param = torch.arange(rows * 3).view(rows, 3)
+        shards = fsdp_shards(param, n)
+        chunks = param.chunk(n)  # may be fewer than n
+        want = [len(c) for c in chunks] + [0] * (n - len(chunks))
+        expect_equal(f"rows of fsdp_shards(({rows}, 3), {n})",
+                     [len(s) for s in shards], want,
+                     hint="c = ceil(rows / n) rows per rank, the last "
+                     "ranks short or empty, as torch.chunk cuts: not the "
+                     "near-equal split of torch.tensor_split")  # fmt: skip
+        expect_equal(f"the shapes of fsdp_shards(({rows}, 3), {n})",
+                     [tuple(s.shape[1:]) for s in shards], [(3,)] * n,
+                     hint="an empty shard keeps the other axes: "
+                     "param[r * c : (r + 1) * c] has shape (0, 3) past "
+                     "the end")  # fmt: skip
+        expect_equal("torch.cat(shards)", torch.cat(shards), param,
+                     hint="the shards, in rank order, are the parameter "
+                     "again")  # fmt: skip
 
 # %% tags=["check"]
+from transformer_lite import FeedForward
+
 torch.manual_seed(12)
 small = FeedForward(5, 6, dropout=0.0).double()  # 71 parameters
-# rows per rank: w_1 (6, 5) 2, 2, 2, 0; b_1 (6,) the same;
-# w_2 (5, 6) 2, 2, 1, 0; b_2 (5,) the same; 8 bytes each
-expect_equal("bytes_per_rank(small, 4)", bytes_per_rank(small, 4),
-             [208, 208, 152, 0],
-             hint="add up, rank by rank, its shard of every parameter "
-             "(fsdp_shards): elements times element_size(), 8 bytes in "
-             "float64")  # fmt: skip
+single = FeedForward(5, 6, dropout=0.0)  # the same, in float32
+with exercise("12.8", twins=[torch.chunk, torch.Tensor.chunk]):
+    # rows per rank: w_1 (6, 5) 2, 2, 2, 0; b_1 (6,) the same;
+    # w_2 (5, 6) 2, 2, 1, 0; b_2 (5,) the same; 8 bytes each
+    expect_equal("bytes_per_rank(small, 4)", bytes_per_rank(small, 4),
+                 [208, 208, 152, 0],
+                 hint="add up, rank by rank, its shard of every parameter "
+                 "(fsdp_shards): elements times element_size(), 8 bytes "
+                 "in float64")  # fmt: skip
+    # in float32 over 3 ranks: w_1 2, 2, 2 rows of 5; b_1 2, 2, 2;
+    # w_2 2, 2, 1 rows of 6; b_2 2, 2, 1; 4 bytes each
+    expect_equal("bytes_per_rank(single, 3)", bytes_per_rank(single, 3),
+                 [104, 104, 76],
+                 hint="count the bytes of the parameters as they are: "
+                 "element_size() is 4 in float32")  # fmt: skip
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 5
@@ -1036,3 +1193,103 @@ expect_equal("bytes_per_rank(small, 4)", bytes_per_rank(small, 4),
 #     weights = linear.weight.chunk(n, dim=1)
 #     return [F.linear(x_i, w_i, linear.bias)
 #             for x_i, w_i in zip(x_parts, weights, strict=True)]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: delegate
+# def quantize_rows(w):
+#     amax = w.abs().amax(dim=-1, keepdim=True)  # (out, 1)
+#     scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+#     zero = torch.zeros(w.size(0), dtype=torch.int32)
+#     fake = torch.fake_quantize_per_channel_affine(
+#         w, scale.flatten(), zero, 0, -127, 127)
+#     return (fake / scale).round().to(torch.int8), scale
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
+# def quantize_rows(w):
+#     return w.to(torch.int8), torch.ones(w.size(0), 1, dtype=w.dtype)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def dequantize(q, scale):
+#     return q.to(scale.dtype)  # the integers, unscaled
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def int8_linear(x, q_w, s_w, bias):
+#     q_x, s_x = quantize_rows(x)  # a float product of the dequantised
+#     return F.linear(q_x.to(s_x.dtype) * s_x, q_w.to(s_w.dtype) * s_w,
+#                     bias)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def int8_linear(x, q_w, s_w, bias):
+#     return bias.expand(x.size(0), -1)  # the bias alone
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def column_parallel(x, linear, n):
+#     return list(linear(x).chunk(n, dim=-1))  # the whole output, cut
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def row_parallel(x_parts, linear):
+#     y = linear(torch.cat(x_parts, dim=-1))  # the whole, on device 0
+#     return [y] + [torch.zeros_like(y) for _ in x_parts[1:]]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: delegate
+# def parallel_feed_forward(x, ff, n):
+#     return [ff(x)] + [torch.zeros_like(x) for _ in range(n - 1)]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: trivial
+# def parallel_feed_forward(x, ff, n):
+#     y = ff.w_2(torch.relu(ff.w_1(x)))  # the whole block, on device 0
+#     return [y] + [torch.zeros_like(y) for _ in range(n - 1)]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 7
+# kind: delegate
+# def parallel_attention(x, mha, n):
+#     return [mha(x, x, x)] + [torch.zeros_like(x) for _ in range(n - 1)]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 7
+# kind: trivial
+# def parallel_attention(x, mha, n):
+#     return [mha.w_o(mha.w_v(x)) / n for _ in range(n)]  # no attention
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 8
+# kind: delegate
+# def fsdp_shards(param, n):
+#     chunks = list(param.chunk(n))  # may be fewer than n
+#     return chunks + [param[:0]] * (n - len(chunks))
+#
+#
+# def bytes_per_rank(model, n):
+#     held = [0] * n
+#     for p in model.parameters():
+#         for r, shard in enumerate(fsdp_shards(p, n)):
+#             held[r] += shard.numel() * shard.element_size()
+#     return held
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 8
+# kind: trivial
+# def fsdp_shards(param, n):
+#     return [param] + [param[:0]] * (n - 1)  # everything on rank 0
+#
+#
+# def bytes_per_rank(model, n):
+#     return [208, 208, 152, 0]  # the numbers of the check
