@@ -37,6 +37,32 @@ def test_every_chapter_has_five_graded_exercises_and_a_planted_error():
         assert job.planted is not None, f"{path.name}: no planted answer"
 
 
+def test_every_chapter_asks_a_prediction_and_a_written_question():
+    for path in CHAPTERS:
+        job = assignments.assignment(path)
+        assert job.predictions >= 1, f"{path.name}: no prediction"
+        assert job.written >= 1, f"{path.name}: no written question"
+
+
+def test_every_exercise_tests_an_objective_and_every_one_is_tested():
+    """syllabus.json maps each exercise to the chapter's objectives it
+    tests; no exercise is left out and no objective goes untested."""
+    from transformer_lite.classroom import syllabus
+
+    for path in CHAPTERS:
+        job = assignments.assignment(path)
+        entry = syllabus()[int(path.name[:2])]
+        assert set(entry.exercises) == set(range(1, job.exercises + 1)), (
+            f"{path.name}: syllabus.json maps exercises "
+            f"{sorted(entry.exercises)}; the chapter has {job.exercises}"
+        )
+        for goal in range(1, len(entry.objectives) + 1):
+            assert entry.tested_by(goal), (
+                f"{path.name}: no exercise tests objective {goal}: "
+                f"{entry.objectives[goal - 1]!r}"
+            )
+
+
 def test_the_student_edition_speaks_to_students():
     """No word of the book's own folded solutions or of the classroom
     edition as something else: the student holds it."""

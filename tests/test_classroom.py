@@ -187,3 +187,16 @@ def test_longest_first_orders_by_the_measured_times():
     assert seconds == sorted(seconds, reverse=True)
     assert ordered[-1] == "notebooks/99_unmeasured.ipynb"
     assert seconds[0] > timings["01"]["running_seconds"]
+
+
+def test_a_syllabus_objective_number_must_exist():
+    import importlib
+
+    module = importlib.import_module("transformer_lite.classroom.syllabus")
+
+    entry = {"objectives": ["a", "b"], "chapters": [], "maths": "",
+             "exercises": {"1": [3]}}  # fmt: skip
+    with pytest.raises(ValueError, match="exercise 1: objectives .3."):
+        module._exercises("07", entry)
+    assert module._exercises("07", {**entry, "exercises": {"2": [2, 1]}}) \
+        == {2: (2, 1)}  # fmt: skip

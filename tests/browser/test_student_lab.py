@@ -175,8 +175,9 @@ def test_opening_and_saving_a_chapter_changes_nothing(page, lab):
     paired = source.with_suffix(".ipynb")
     before, saved = source.read_text(), paired.stat().st_mtime_ns
     open_notebook(page, lab, "book/00_preface.ipynb")
-    page.evaluate("() => window.jupyterapp.commands.execute("
-                  "'docmanager:save')")  # File > Save Notebook
+    page.evaluate(
+        "() => window.jupyterapp.commands.execute('docmanager:save')"
+    )  # File > Save Notebook
     deadline = time.time() + 60
     while paired.stat().st_mtime_ns == saved and time.time() < deadline:
         time.sleep(0.5)

@@ -9,7 +9,7 @@ the chapter on two CPU cores (``make nbval``, one chapter per core).
 """
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 
@@ -28,6 +28,14 @@ class Chapter:
     maths: str  # the mathematics it assumes
     reading_minutes: int  # estimated from the source, see the module
     running_seconds: int  # measured: nbval, one chapter per CPU core
+    # exercise K (1-based, in the chapter's order) -> the 1-based numbers
+    # of the objectives it tests
+    exercises: dict[int, tuple[int, ...]] = field(default_factory=dict)
+
+    def tested_by(self, objective: int) -> tuple[int, ...]:
+        """The exercises that test objective ``objective`` (1-based)."""
+        return tuple(k for k, goals in self.exercises.items()
+                     if objective in goals)  # fmt: skip
 
 
 @cache
@@ -43,9 +51,27 @@ def syllabus() -> dict[int, Chapter]:
             entry["maths"],
             measured[key]["reading_minutes"],
             measured[key]["running_seconds"],
+            _exercises(key, entry),
         )
         for key, entry in written.items()
     }
+
+
+def _exercises(key: str, entry: dict) -> dict[int, tuple[int, ...]]:
+    """Chapter ``key``'s map from exercises to objectives, checked: every
+    objective number names one of the chapter's objectives."""
+    mapped = {}
+    for exercise, goals in entry.get("exercises", {}).items():
+        goals = tuple(goals)
+        bad = [g for g in goals if not 1 <= g <= len(entry["objectives"])]
+        if bad or not goals:
+            raise ValueError(
+                f"syllabus.json, chapter {key}, exercise {exercise}: "
+                f"objectives {list(goals)}; the chapter has "
+                f"{len(entry['objectives'])}, numbered from 1"
+            )
+        mapped[int(exercise)] = goals
+    return mapped
 
 
 def _and(items: list[str]) -> str:
