@@ -1039,24 +1039,7 @@ def chunked_attention(Q, K, V, chunk):
 
 
 # %% tags=["check", "points-2"]
-from torch.overrides import TorchFunctionMode
-
-
-class LargestTensor(TorchFunctionMode):
-    """While on, keeps the most elements of any tensor a torch function
-    returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.most = 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if isinstance(t, torch.Tensor):
-                self.most = max(self.most, t.numel())
-        return out
-
+from transformer_lite.classroom import watch
 
 Ql, Kl, Vl = (torch.randn(2, 50, 8, generator=gen, dtype=torch.float64)
               for _ in range(3))  # fmt: skip
@@ -1070,12 +1053,12 @@ with exercise("1.5", after=["1.3"], twins=[
                  hint="cut the queries, not the keys: every query must "
                  "still see every key; and keep the last, shorter "
                  "chunk")  # fmt: skip
-    with LargestTensor() as largest:
+    with watch() as seen:
         chunked_attention(Ql, Kl, Vl, 7)
     # a block of scores, or the output (B, Lq, Dv), with room to spare
-    expect(largest.most <= 2 * max(block, Vl.numel()),
+    expect(seen.largest <= 2 * max(block, Vl.numel()),
            f"chunked_attention(Q, K, V, 7) made a tensor of "
-           f"{largest.most} elements; one (B, chunk, Lk) block of scores "
+           f"{seen.largest} elements; one (B, chunk, Lk) block of scores "
            f"has {block}, the whole score matrix "
            f"{2 * 50 * 50}",
            hint="compute the scores of chunk query rows at a time, "

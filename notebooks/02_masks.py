@@ -1006,6 +1006,7 @@ from transformer_lite.classroom import (
     expect_close,
     expect_equal,
     expect_tensor,
+    watch,
 )
 from transformer_lite.interop import from_torch_mha
 
@@ -1125,7 +1126,9 @@ with exercise("2.3", twins=[target_mask], after=["2.1", "2.2"]):
 #   dtype's most negative finite number, `torch.finfo(dtype).min`.
 #
 # The first check compares with the equation's $-\infty$ version, in
-# which the NaN of an empty row is replaced by zeros.
+# which the NaN of an empty row is replaced by zeros. Both checks also
+# watch your function run: it must never make a NaN, not even one it
+# removes afterwards.
 
 # %% tags=["solution", "hide-input"]
 def masked_softmax(scores, mask):
@@ -1142,11 +1145,16 @@ mask = target_mask(left, PAD_ID)  # (B, T, T); some rows allow nothing
 # the equation with -inf, and zeros for the rows that come out NaN
 want = scores.masked_fill(~mask, -math.inf).softmax(-1).nan_to_num(0.0)
 with exercise("2.4"):
-    expect_close("masked_softmax(scores, mask)",
-                 masked_softmax(scores, mask), want,
+    with watch() as seen:
+        got = masked_softmax(scores, mask)
+    expect_close("masked_softmax(scores, mask)", got, want,
                  hint="a query with no allowed key must get all-zero "
                  "weights: after the softmax, set the weights of the "
                  "masked keys to 0")  # fmt: skip
+    expect(not seen.made_nan,
+           "masked_softmax makes a NaN on the way (and hides it after)",
+           hint="fill the masked scores with torch.finfo(scores.dtype)"
+           ".min, not -inf: then no row is ever 0/0")  # fmt: skip
 
 # %% tags=["check"]
 scores16 = (8 * torch.randn(3, 6, 6, generator=gen)).half()
@@ -1157,12 +1165,16 @@ want16 = (scores16.double().masked_fill(~mask, -math.inf).softmax(-1)
           .nan_to_num(0.0))  # fmt: skip
 with exercise("2.4"):
     try:
-        got16 = masked_softmax(scores16, mask)
+        with watch() as seen:
+            got16 = masked_softmax(scores16, mask)
     except NotImplementedError:
         raise
     except RuntimeError as error:
         expect(False, f"masked_softmax raised in float16: {error}",
                hint=hint16)  # fmt: skip
+    expect(not seen.made_nan,
+           "masked_softmax makes a NaN on the way (and hides it after)",
+           hint=hint16)  # fmt: skip
     expect_tensor("masked_softmax(scores16, mask)", got16, shape=(3, 6, 6),
                   dtype=torch.float16, hint=hint16)  # fmt: skip
     expect_close("masked_softmax(scores16, mask)", got16, want16, atol=2e-3,
@@ -1442,8 +1454,9 @@ with exercise("2.8", prediction=True):
 # %% [raw] tags=["cheat", "remove-cell"]
 # exercise: 4
 # kind: trivial
-# def masked_softmax(scores, mask):
-#     return scores.softmax(dim=-1)
+# def masked_softmax(scores, mask):  # the first check's own line, copied
+#     scores = scores.masked_fill(~mask, -math.inf)
+#     return scores.softmax(-1).nan_to_num(0.0)
 
 # %% [raw] tags=["cheat", "remove-cell"]
 # exercise: 5

@@ -237,3 +237,19 @@ with exercise("2.8", prediction=True):
 """,
     )
     assert "prediction recorded" in capsys.readouterr().out
+
+
+def test_watch_sees_the_largest_tensor_and_a_hidden_nan():
+    from transformer_lite.classroom import watch
+
+    scores = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    empty = torch.tensor([[True, True], [False, False]])
+    with watch() as seen:
+        hidden = scores.masked_fill(~empty, float("-inf")).softmax(-1)
+        hidden = hidden.nan_to_num(0.0)  # the NaN row, hidden afterwards
+    assert seen.made_nan and not hidden.isnan().any()
+    assert seen.largest == 4 and (2, 2) in seen.shapes
+    with watch() as seen:
+        lowest = torch.finfo(scores.dtype).min
+        scores.masked_fill(~empty, lowest).softmax(-1)
+    assert not seen.made_nan

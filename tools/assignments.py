@@ -355,6 +355,10 @@ def assignment(path: Path) -> Assignment:
     if planted is not None and not 1 <= planted.exercise <= job.exercises:
         raise ValueError(f"{path.name}: planted exercise {planted.exercise} "
                          f"of {job.exercises}")  # fmt: skip
+    kinds = [(cheat.exercise, cheat.kind) for cheat in job.cheats]
+    if len(set(kinds)) < len(kinds):
+        raise ValueError(f"{path.name}: two cheats of one kind for one "
+                         "exercise")  # fmt: skip
     for cheat in job.cheats:
         if not 1 <= cheat.exercise <= job.exercises:
             raise ValueError(f"{path.name}: a cheat for exercise "

@@ -3,7 +3,12 @@ exercises that close every chapter, and the syllabus (objectives,
 prerequisites, measured times) that opens it. Nothing else in the
 package imports this tier; the chapters do."""
 
-from transformer_lite.classroom.exercises import exercise, forbid, outcomes
+from transformer_lite.classroom.exercises import (
+    exercise,
+    forbid,
+    outcomes,
+    watch,
+)
 from transformer_lite.classroom.grading import (
     WrongAnswer,
     expect,
@@ -27,4 +32,5 @@ __all__ = [
     "forbid",
     "outcomes",
     "syllabus",
+    "watch",
 ]

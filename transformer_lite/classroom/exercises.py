@@ -41,7 +41,7 @@ from torch.overrides import TorchFunctionMode
 
 from transformer_lite.classroom.grading import WrongAnswer
 
-__all__ = ["exercise", "forbid", "outcomes"]
+__all__ = ["exercise", "forbid", "outcomes", "watch"]
 
 # What each exercise's last check said, in the order they ran: True for
 # passed, False for wrong or not done. Read by :func:`exercise`'s ``after``.
@@ -313,3 +313,32 @@ class exercise:
         while traceback.tb_next is not None:
             traceback = traceback.tb_next
         return traceback.tb_frame.f_code is self._forbid._check_code
+
+
+class watch(TorchFunctionMode):
+    """While on, records what every torch function returns, so that a
+    check can test *how* an answer computes, not only what it returns::
+
+        with watch() as seen:
+            got = chunked_attention(Q, K, V, 7)
+        expect(seen.largest <= 2 * block, "...")
+
+    ``largest``: the most elements of any tensor made; ``shapes``: every
+    shape made, in order; ``made_nan``: whether any floating result held a
+    NaN (an answer that makes one and hides it afterwards included)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest = 0
+        self.shapes: list[tuple[int, ...]] = []
+        self.made_nan = False
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+                self.shapes.append(tuple(t.shape))
+                if t.is_floating_point() and not self.made_nan:
+                    self.made_nan = bool(torch.isnan(t).any())
+        return out
