@@ -1155,48 +1155,16 @@ import math
 
 import torch
 
-from transformer_lite import (
-    ALiBiBias,
-    MultiHeadAttention,
-    RotaryEmbedding,
-    ShawRelativeKeys,
-    T5RelativeBias,
-    causal_mask,
+from transformer_lite.classroom import (
+    exercise,
+    expect,
+    expect_close,
+    expect_equal,
+    expect_tensor,
 )
-from transformer_lite.classroom import expect_close, expect_equal
-from transformer_lite.relative import alibi_slopes, t5_bucket
 
 gen = torch.Generator().manual_seed(9)  # every input below
 f64 = torch.float64
-
-
-def identity_attention(scheme):
-    """A MultiHeadAttention of C = 16, H = 4 (D = 4) in float64 whose
-    four projections are the identity: its output is plain attention of
-    x, split into heads, with the relative scheme ``scheme``."""
-    mha = MultiHeadAttention(16, 4, dropout=0.0, position=scheme)
-    mha = mha.to(f64).eval()
-    table = getattr(scheme, "table", None)  # T5's and Shaw's
-    with torch.no_grad():
-        for linear in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
-            linear.weight.copy_(torch.eye(16))
-            linear.bias.zero_()
-        if table is not None:  # T5's starts at 0: give it values
-            table.weight.copy_(torch.randn(table.weight.shape,
-                                           generator=gen))
-    return mha
-
-
-# exercise 9.6: one module per scheme, and a sequence x of B = 2 rows
-# of L = 7 positions
-attention_with = {
-    "RoPE": identity_attention(RotaryEmbedding(4)),
-    "ALiBi": identity_attention(ALiBiBias(4)),
-    "T5": identity_attention(T5RelativeBias(4, bidirectional=True)),
-    "Shaw": identity_attention(ShawRelativeKeys(4, max_distance=3)),
-}
-x = torch.randn(2, 7, 16, generator=gen, dtype=f64)  # (B, L, C)
-heads = x.view(2, 7, 4, 4).transpose(1, 2)  # (B, H, L, D)
 
 # %% [markdown]
 # ### Exercise 9.1: RoPE (2 points)
@@ -1209,6 +1177,8 @@ heads = x.view(2, 7, 4, 4).transpose(1, 2)  # (B, H, L, D)
 # $x'_{2i+1} = x_{2i} \sin m_l\theta_i + x_{2i+1} \cos m_l\theta_i$.
 # Shapes: `x` $(\dots, L, D)$ with $D$ even, `positions` $(L,)$
 # integers; output as `x`, in its dtype (compute the angles in it too).
+# (GPT-NeoX and Llama pair coordinate $i$ with $i + D/2$ instead: a
+# valid convention, but not this exercise's.)
 
 # %% tags=["solution", "hide-input"]
 def rope(x, positions, base=10000.0):
@@ -1226,31 +1196,72 @@ def rope(x, positions, base=10000.0):
 
 
 # %% tags=["check"]
+from transformer_lite import RotaryEmbedding
+from transformer_lite.rotary import rotary_angles, rotate_pairs
+
 rows = torch.randn(2, 3, 6, 8, generator=gen, dtype=f64)  # (B, H, L, D)
 positions = torch.tensor([0, 1, 2, 7, 100, 4000])  # (L,)
-for base in (10000.0, 100.0):
-    expect_close(f"rope(x, positions, base={base:g})",
-                 rope(rows, positions, base),
-                 RotaryEmbedding(8, base=base).rotate(rows, positions),
-                 hint="pair coordinates 2i and 2i+1 (x[..., 0::2] with "
-                 "x[..., 1::2]), not the two halves of the vector, and "
-                 "take theta_i = base ** (-2i / D)")  # fmt: skip
+want = {base: RotaryEmbedding(8, base=base).rotate(rows, positions)
+        for base in (10000.0, 100.0)}  # fmt: skip
+# Two rotations that are not this one: every pair turned the other way
+# (by -m theta_i), and the pairs (x_i, x_{i + D/2}) of GPT-NeoX
+interleaved = torch.arange(8).view(2, 4).T.flatten()  # 0, 4, 1, 5, ...
+backwards = RotaryEmbedding(8).rotate(rows, -positions)
+halves = torch.empty_like(rows)
+halves[..., interleaved] = RotaryEmbedding(8).rotate(
+    rows[..., interleaved], positions)  # fmt: skip
+with exercise("9.1", twins=[RotaryEmbedding.rotate, rotate_pairs,
+                            rotary_angles]):  # fmt: skip
+    got = expect_tensor("rope(x, positions)", rope(rows, positions),
+                        shape=rows.shape, dtype=f64)  # fmt: skip
+    expect(not torch.allclose(got, backwards),
+           "rope(x, positions) turns every pair the other way: by "
+           "-m theta_i, clockwise",
+           hint="the sign of sin: x'_2i = x_2i cos - x_2i+1 sin and "
+           "x'_2i+1 = x_2i sin + x_2i+1 cos")  # fmt: skip
+    expect(not torch.allclose(got, halves),
+           "rope(x, positions) pairs coordinate i with i + D/2",
+           hint="pairing the two halves of the vector is a valid "
+           "convention (GPT-NeoX and Llama use it), but not this "
+           "exercise's: pair coordinates 2i and 2i+1 (x[..., 0::2] "
+           "with x[..., 1::2])")  # fmt: skip
+    for base in (10000.0, 100.0):
+        expect_close(f"rope(x, positions, base={base:g})",
+                     rope(rows, positions, base), want[base],
+                     hint="pair coordinates 2i and 2i+1, turn them by "
+                     "m_l theta_i with m_l = positions[l], and take "
+                     "theta_i = base ** (-2i / D)")  # fmt: skip
 
 # %% tags=["check"]
 q, k = torch.randn(2, 1, 8, generator=gen, dtype=f64)  # (1, D) each
-for offset in (3, -5, 40):
-    scores = torch.cat([rope(q, torch.tensor([i]))
-                        @ rope(k, torch.tensor([i + offset])).T
-                        for i in (0, 10, 1000, 12345)])  # (4, 1)
-    expect_close(f"the scores at offset {offset} for i = 0, 10, ...",
-                 scores, scores[:1].expand(4, 1), atol=1e-10,
-                 hint="a query at i and a key at i + offset must score "
-                 "the same for every i: turn both vectors by angles "
-                 "proportional to their own positions")  # fmt: skip
-expect_close("the lengths of the rotated rows",
-             rope(rows, positions).norm(dim=-1), rows.norm(dim=-1),
-             hint="a rotation keeps lengths: use cos and sin of the "
-             "same angle in both coordinates of a pair")  # fmt: skip
+pairs = rows.unflatten(-1, (4, 2))  # (B, H, L, D/2, 2)
+with exercise("9.1", twins=[RotaryEmbedding.rotate, rotate_pairs,
+                            rotary_angles]):  # fmt: skip
+    for offset in (3, -5, 40):
+        scores = torch.cat([rope(q, torch.tensor([i]))
+                            @ rope(k, torch.tensor([i + offset])).T
+                            for i in (0, 10, 1000, 12345)])  # (4, 1)
+        expect_close(f"the scores at offset {offset} for i = 0, 10, ...",
+                     scores, scores[:1].expand(4, 1), atol=1e-10,
+                     hint="a query at i and a key at i + offset must "
+                     "score the same for every i: turn both vectors by "
+                     "angles proportional to their own "
+                     "positions")  # fmt: skip
+    near, far = (float(rope(q, torch.tensor([0]))
+                       @ rope(k, torch.tensor([offset])).T)
+                 for offset in (0, 3))  # fmt: skip
+    expect(abs(near - far) > 1e-6,
+           "a key 3 positions after the query scores as if it were at "
+           "the query's own position",
+           hint="turn each row by an angle that grows with its "
+           "position: position 0 stays, position m turns by "
+           "m theta_i")  # fmt: skip
+    expect_close("the length of each pair (x_2i, x_2i+1)",
+                 rope(rows, positions).unflatten(-1, (4, 2)).norm(dim=-1),
+                 pairs.norm(dim=-1),
+                 hint="each pair turns in its own plane: cos and sin of "
+                 "one angle, in coordinates 2i and 2i+1 both, not the "
+                 "two halves of the vector")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 9.2: ALiBi (2 points)
@@ -1285,25 +1296,32 @@ def alibi_bias(n_heads, query_positions, key_positions):
 
 
 # %% tags=["check"]
-for n_heads in (1, 2, 4, 8, 16, 3, 6, 12):
-    expect_close(f"slopes({n_heads})",
-                 torch.tensor(slopes(n_heads), dtype=f64),
-                 torch.tensor(alibi_slopes(n_heads), dtype=f64),
-                 hint="for H not a power of two: the P slopes of the "
-                 "largest power of two P < H, then the 1st, 3rd, 5th "
-                 "... slopes of 2P, H in all")  # fmt: skip
+from transformer_lite.relative import ALiBiBias, alibi_slopes
+
+heads_tried = (1, 2, 4, 8, 16, 3, 6, 12)
+want = {n: torch.tensor(alibi_slopes(n), dtype=f64) for n in heads_tried}
+with exercise("9.2", twins=[alibi_slopes, ALiBiBias.bias]):
+    for n_heads in heads_tried:
+        expect_close(f"slopes({n_heads})",
+                     torch.tensor(slopes(n_heads), dtype=f64),
+                     want[n_heads],
+                     hint="for H not a power of two: the P slopes of the "
+                     "largest power of two P < H, then the 1st, 3rd, 5th "
+                     "... slopes of 2P, H in all")  # fmt: skip
 
 # %% tags=["check"]
 query_positions, key_positions = torch.arange(5, 9), torch.arange(9)
 anything = torch.zeros(1, 6, 4, 1, dtype=f64)  # ALiBi ignores the query
 want = ALiBiBias(6).bias(anything, query_positions, key_positions)
-for shift in (0, 100):
-    expect_close(f"alibi_bias(6, ...) with positions shifted by {shift}",
-                 alibi_bias(6, query_positions + shift,
-                            key_positions + shift), want,
-                 hint="the bias is -m_h * |j - i| with the positions "
-                 "themselves (query l sits at query_positions[l]), "
-                 "negative: a penalty")  # fmt: skip
+with exercise("9.2", twins=[alibi_slopes, ALiBiBias.bias]):
+    for shift in (0, 100):
+        expect_close(f"alibi_bias(6, ...) with positions shifted by "
+                     f"{shift}",
+                     alibi_bias(6, query_positions + shift,
+                                key_positions + shift), want, dtype=f64,
+                     hint="the bias is -m_h * |j - i| with the positions "
+                     "themselves (query l sits at query_positions[l]), "
+                     "negative: a penalty, in float64")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 9.3: T5's buckets (2 points)
@@ -1339,24 +1357,34 @@ def bucket(offset, bidirectional, n_buckets=32, max_distance=128):
 
 
 # %% tags=["check"]
+from transformer_lite.relative import T5RelativeBias, t5_bucket
+
 offsets = torch.arange(-300, 301)
-for n_buckets, max_distance in ((32, 128), (16, 40)):
-    expect_equal(f"bucket(offsets, True, {n_buckets}, {max_distance})",
-                 bucket(offsets, True, n_buckets, max_distance),
-                 t5_bucket(offsets, bidirectional=True, n_buckets=n_buckets,
-                           max_distance=max_distance),
-                 hint="bidirectional: keys after the query (j - i > 0) "
-                 "take the upper half, n = n_buckets // 2 buckets per "
-                 "half")  # fmt: skip
+sizes = ((32, 128), (16, 40))
+want = {(n, far, bidirectional): t5_bucket(
+            offsets, bidirectional=bidirectional, n_buckets=n,
+            max_distance=far)
+        for n, far in sizes for bidirectional in (True, False)}  # fmt: skip
+with exercise("9.3", twins=[t5_bucket, T5RelativeBias.bias]):
+    for n_buckets, max_distance in sizes:
+        expect_equal(f"bucket(offsets, True, {n_buckets}, "
+                     f"{max_distance})",
+                     bucket(offsets, True, n_buckets, max_distance),
+                     want[n_buckets, max_distance, True],
+                     hint="bidirectional: keys after the query "
+                     "(j - i > 0) take the upper half, n = n_buckets // 2 "
+                     "buckets per half")  # fmt: skip
 
 # %% tags=["check"]
-for n_buckets, max_distance in ((32, 128), (16, 40)):
-    expect_equal(f"bucket(offsets, False, {n_buckets}, {max_distance})",
-                 bucket(offsets, False, n_buckets, max_distance),
-                 t5_bucket(offsets, bidirectional=False,
-                           n_buckets=n_buckets, max_distance=max_distance),
-                 hint="causal: all n_buckets serve keys at or before the "
-                 "query, and keys after it count as distance 0")
+with exercise("9.3", twins=[t5_bucket, T5RelativeBias.bias]):
+    for n_buckets, max_distance in sizes:
+        expect_equal(f"bucket(offsets, False, {n_buckets}, "
+                     f"{max_distance})",
+                     bucket(offsets, False, n_buckets, max_distance),
+                     want[n_buckets, max_distance, False],
+                     hint="causal: all n_buckets serve keys at or before "
+                     "the query, and keys after it count as distance "
+                     "0")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 9.4: Shaw's relative keys (2 points)
@@ -1383,30 +1411,68 @@ def shaw_bias(query, table, query_positions, key_positions):
 
 
 # %% tags=["check"]
-shaw = ShawRelativeKeys(8, max_distance=3).to(f64)
+from torch.overrides import TorchFunctionMode
+
+from transformer_lite.relative import ShawRelativeKeys
+
+
+class LargestWithAxis(TorchFunctionMode):
+    """While active: the shape of the largest tensor with an axis of
+    size ``D`` that a torch function returned (the answer's own)."""
+
+    def __init__(self, D):
+        super().__init__()
+        self.D, self.shape, self.size = D, None, 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if (isinstance(t, torch.Tensor) and self.D in t.shape
+                    and t.numel() > self.size):  # fmt: skip
+                self.shape, self.size = tuple(t.shape), t.numel()
+        return out
+
+
+shaw = ShawRelativeKeys(16, max_distance=3).to(f64)
 with torch.no_grad():
-    shaw.table.weight.copy_(torch.randn(7, 8, generator=gen))
-query = torch.randn(2, 3, 6, 8, generator=gen, dtype=f64)  # (B,H,Lq,D)
+    shaw.table.weight.copy_(torch.randn(7, 16, generator=gen))
+table = shaw.table.weight.detach()  # (2k + 1, D)
+query = torch.randn(2, 3, 6, 16, generator=gen, dtype=f64)  # (B,H,Lq,D)
 query_positions, key_positions = torch.arange(20, 26), torch.arange(26)
-expect_close("shaw_bias(query, table, 20..25, 0..25)",
-             shaw_bias(query, shaw.table.weight.detach(), query_positions,
-                       key_positions),
-             shaw.bias(query, query_positions, key_positions).detach(),
-             hint="row clip(j - i, -k, k) + k of the table, with j - i "
-             "the key's position minus the query's; divide by "
-             "sqrt(D)")  # fmt: skip
+want = shaw.bias(query, query_positions, key_positions).detach()
+no_gather = ("multiply each query with the 2k + 1 rows once (query @ "
+             "table.T), then pick each pair's product with gather: do "
+             "not index the table with the (Lq, Lk) offsets")  # fmt: skip
+with exercise("9.4", twins=[ShawRelativeKeys.bias,
+                            ShawRelativeKeys.clipped]):  # fmt: skip
+    with LargestWithAxis(16) as seen:
+        got = shaw_bias(query, table, query_positions, key_positions)
+    expect_close("shaw_bias(query, table, 20..25, 0..25)", got, want,
+                 hint="row clip(j - i, -k, k) + k of the table, with "
+                 "j - i the key's position minus the query's; divide by "
+                 "sqrt(D)")  # fmt: skip
+    expect(seen.size < 6 * 26 * 16,
+           f"shaw_bias built a tensor of shape {seen.shape}, at least as "
+           "large as an (Lq, Lk, D) = (6, 26, 16) one", hint=no_gather)
 
 # %% tags=["check"]
-table = torch.randn(3, 8, generator=gen, dtype=f64)  # k = 1
-got = shaw_bias(query, table, torch.arange(6), torch.arange(6))
-want = torch.empty(2, 3, 6, 6, dtype=f64)
+table = torch.randn(3, 16, generator=gen, dtype=f64)  # k = 1
+query = torch.randn(1, 2, 6, 16, generator=gen, dtype=f64)  # (B,H,Lq,D)
+want = torch.empty(1, 2, 6, 9, dtype=f64)
 for i in range(6):
-    for j in range(6):  # the formula, one pair at a time
+    for j in range(9):  # the formula, one pair at a time
         a = table[min(max(j - i, -1), 1) + 1]  # (D,)
-        want[..., i, j] = query[..., i, :] @ a / math.sqrt(8)
-expect_close("shaw_bias with k = 1", got, want,
-             hint="k comes from the table: it has 2k + 1 rows; every "
-             "offset beyond k uses the last row, a_k")  # fmt: skip
+        want[..., i, j] = query[..., i, :] @ a / math.sqrt(16)
+with exercise("9.4", twins=[ShawRelativeKeys.bias,
+                            ShawRelativeKeys.clipped]):  # fmt: skip
+    with LargestWithAxis(16) as seen:
+        got = shaw_bias(query, table, torch.arange(6), torch.arange(9))
+    expect_close("shaw_bias with k = 1", got, want,
+                 hint="k comes from the table: it has 2k + 1 rows; every "
+                 "offset beyond k uses the last row, a_k")  # fmt: skip
+    expect(seen.size < 6 * 9 * 16,
+           f"shaw_bias built a tensor of shape {seen.shape}, at least as "
+           "large as an (Lq, Lk, D) = (6, 9, 16) one", hint=no_gather)
 
 # %% [markdown]
 # ### Exercise 9.5: buckets that training never reaches (1 point)
@@ -1431,25 +1497,34 @@ def unreached_buckets(train_len, test_len, bidirectional):
 
 
 # %% tags=["check"]
-def buckets_of(length, bidirectional):
-    """The buckets of every pair of positions of a sequence of length
-    tokens, by the package's t5_bucket."""
-    positions = torch.arange(length)
-    offsets = positions.unsqueeze(0) - positions.unsqueeze(1)  # (L, L)
-    found = t5_bucket(offsets, bidirectional=bidirectional)  # (L, L)
-    return set(found.flatten().tolist())
+from transformer_lite.relative import T5RelativeBias, t5_bucket
 
-
-for train_len, test_len in ((10, 34), (34, 300)):
-    for bidirectional in (True, False):
-        expect_equal(f"unreached_buckets({train_len}, {test_len}, "
-                     f"{bidirectional})",
-                     unreached_buckets(train_len, test_len, bidirectional),
-                     sorted(buckets_of(test_len, bidirectional)
-                            - buckets_of(train_len, bidirectional)),
-                     hint="an L-token sequence has every offset j - i "
-                     "from -(L - 1) to L - 1; take the set of their "
-                     "buckets at each length, and the difference")
+# The package's T5 bias, its table holding each bucket's own number:
+# its bias over L positions is the bucket of every pair (i, j).
+reached = {}
+for bidirectional in (True, False):
+    numbered = T5RelativeBias(1, bidirectional=bidirectional)
+    with torch.no_grad():
+        numbered.table.weight.copy_(torch.arange(32.0).unsqueeze(1))
+    for length in (10, 34, 300):
+        at = torch.arange(length)
+        found = numbered.bias(None, at, at)  # (1, L, L); no query read
+        reached[length, bidirectional] = set(found.long().flatten()
+                                             .tolist())  # fmt: skip
+with exercise("9.5", twins=[t5_bucket, T5RelativeBias.bias],
+              after=["9.3"]):  # fmt: skip
+    for train_len, test_len in ((10, 34), (34, 300)):
+        for bidirectional in (True, False):
+            expect_equal(f"unreached_buckets({train_len}, {test_len}, "
+                         f"{bidirectional})",
+                         unreached_buckets(train_len, test_len,
+                                           bidirectional),
+                         sorted(reached[test_len, bidirectional]
+                                - reached[train_len, bidirectional]),
+                         hint="an L-token sequence has every offset j - i "
+                         "from -(L - 1) to L - 1; take the set of their "
+                         "buckets at each length, and the "
+                         "difference")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 9.6: attention through the seam (2 points)
@@ -1485,37 +1560,108 @@ def relative_attention(q, k, v, scheme, mask=None):
 
 
 # %% tags=["check"]
-causal = causal_mask(7)  # (1, L, L)
-for name, mha in attention_with.items():
+import torch.nn.functional as F
+
+from transformer_lite import (
+    ALiBiBias,
+    MultiHeadAttention,
+    RotaryEmbedding,
+    ShawRelativeKeys,
+    T5RelativeBias,
+    causal_mask,
+    scaled_dot_product_attention,
+)
+from transformer_lite.attention import attend, fused_attention
+from transformer_lite.chunked import chunked_attention
+
+
+def identity_attention(scheme):
+    """A MultiHeadAttention of C = 16, H = 4 (D = 4) in float64 whose
+    four projections are the identity: its output is plain attention of
+    x, split into heads, with the relative scheme ``scheme``."""
+    mha = MultiHeadAttention(16, 4, dropout=0.0, position=scheme)
+    mha = mha.to(f64).eval()
+    table = getattr(scheme, "table", None)  # T5's and Shaw's
     with torch.no_grad():
-        want = mha(x, x, x, causal)  # (B, L, C)
-        got = relative_attention(heads, heads, heads, mha.position,
-                                 causal)  # (B, H, L, D)
-    expect_close(f"relative_attention with {name}",
-                 got.transpose(1, 2).reshape(2, 7, 16), want,
-                 hint="rotate queries and keys by their own positions, "
-                 "then add the bias to the scaled scores, before the "
-                 "mask")  # fmt: skip
+        for linear in (mha.w_q, mha.w_k, mha.w_v, mha.w_o):
+            linear.weight.copy_(torch.eye(16))
+            linear.bias.zero_()
+        if table is not None:  # T5's starts at 0: give it values
+            table.weight.copy_(torch.randn(table.weight.shape,
+                                           generator=gen))
+    return mha
+
+
+# one module per scheme, and a sequence x of B = 2 rows of L = 7
+attention_with = {
+    "RoPE": identity_attention(RotaryEmbedding(4)),
+    "ALiBi": identity_attention(ALiBiBias(4)),
+    "T5": identity_attention(T5RelativeBias(4, bidirectional=True)),
+    "Shaw": identity_attention(ShawRelativeKeys(4, max_distance=3)),
+}
+x = torch.randn(2, 7, 16, generator=gen, dtype=f64)  # (B, L, C)
+heads = x.view(2, 7, 4, 4).transpose(1, 2)  # (B, H, L, D)
+causal = causal_mask(7)  # (1, L, L)
+with torch.no_grad():  # what the package's attention gives, per scheme
+    want = {name: mha(x, x, x, causal).view(2, 7, 4, 4).transpose(1, 2)
+            for name, mha in attention_with.items()}  # (B, H, L, D)
+with exercise("9.6", twins=[
+        MultiHeadAttention.forward, MultiHeadAttention._place_queries,
+        attend, scaled_dot_product_attention, fused_attention,
+        chunked_attention, F.scaled_dot_product_attention]):
+    for name, mha in attention_with.items():
+        with torch.no_grad():
+            got = relative_attention(heads, heads, heads, mha.position,
+                                     causal)  # (B, H, L, D)
+        expect_close(f"relative_attention with {name}", got, want[name],
+                     hint="rotate queries and keys by their own "
+                     "positions, then add the bias to the scaled scores, "
+                     "before the mask")  # fmt: skip
 
 # %% tags=["check"]
-for name, mha in attention_with.items():
-    with torch.no_grad():
-        want = mha(x, x, x, causal).view(2, 7, 4, 4).transpose(1, 2)
-        last = relative_attention(heads[..., 6:, :], heads, heads,
-                                  mha.position)  # (B, H, 1, D)
-        three = relative_attention(heads[..., 4:, :], heads, heads,
-                                   mha.position, causal[:, 4:])
-    expect_close(f"the last query alone, {name}", last, want[..., 6:, :],
-                 hint="the queries are the last Lq positions, "
-                 "Lk - Lq .. Lk - 1, not 0 .. Lq - 1")  # fmt: skip
-    expect_close(f"the last three queries, {name}", three,
-                 want[..., 4:, :],
-                 hint="the queries are the last Lq positions, "
-                 "Lk - Lq .. Lk - 1, not 0 .. Lq - 1")  # fmt: skip
+with exercise("9.6", twins=[
+        MultiHeadAttention.forward, MultiHeadAttention._place_queries,
+        attend, scaled_dot_product_attention, fused_attention,
+        chunked_attention, F.scaled_dot_product_attention]):
+    for name, mha in attention_with.items():
+        with torch.no_grad():
+            last = relative_attention(heads[..., 6:, :], heads, heads,
+                                      mha.position)  # (B, H, 1, D)
+            three = relative_attention(heads[..., 4:, :], heads, heads,
+                                       mha.position, causal[:, 4:])
+        expect_close(f"the last query alone, {name}", last,
+                     want[name][..., 6:, :],
+                     hint="the queries are the last Lq positions, "
+                     "Lk - Lq .. Lk - 1, not 0 .. Lq - 1")  # fmt: skip
+        expect_close(f"the last three queries, {name}", three,
+                     want[name][..., 4:, :],
+                     hint="the queries are the last Lq positions, "
+                     "Lk - Lq .. Lk - 1, not 0 .. Lq - 1")  # fmt: skip
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1
-# message: Hint: pair coordinates 2i and 2i+1
+# message: Hint: the sign of sin
+# def rope(x, positions, base=10000.0):
+#     D = x.size(-1)
+#     two_i = torch.arange(0, D, 2, dtype=x.dtype)
+#     theta = base ** (-two_i / D)
+#     angles = positions.to(x.dtype).unsqueeze(1) * theta
+#     cos, sin = angles.cos(), angles.sin()
+#     even, odd = x[..., 0::2], x[..., 1::2]
+#     turned = torch.stack((even * cos + odd * sin,
+#                           -even * sin + odd * cos), dim=-1)
+#     return turned.flatten(-2)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: delegate
+# def rope(x, positions, base=10000.0):
+#     from transformer_lite import RotaryEmbedding
+#     return RotaryEmbedding(x.size(-1), base).rotate(x, positions)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
 # def rope(x, positions, base=10000.0):
 #     D = x.size(-1)
 #     two_i = torch.arange(0, D, 2, dtype=x.dtype)
@@ -1525,3 +1671,103 @@ for name, mha in attention_with.items():
 #     first, second = x[..., : D // 2], x[..., D // 2 :]
 #     return torch.cat((first * cos - second * sin,
 #                       first * sin + second * cos), dim=-1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: delegate
+# def slopes(n_heads):
+#     from transformer_lite.relative import alibi_slopes
+#     return alibi_slopes(n_heads)
+#
+#
+# def alibi_bias(n_heads, query_positions, key_positions):
+#     from transformer_lite.relative import ALiBiBias
+#     anything = torch.zeros(1, n_heads, len(query_positions), 1,
+#                            dtype=torch.float64)
+#     return ALiBiBias(n_heads).bias(anything, query_positions,
+#                                    key_positions)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def slopes(n_heads):
+#     return [1.0] * n_heads
+#
+#
+# def alibi_bias(n_heads, query_positions, key_positions):
+#     return torch.zeros(n_heads, len(query_positions),
+#                        len(key_positions), dtype=torch.float64)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def bucket(offset, bidirectional, n_buckets=32, max_distance=128):
+#     from transformer_lite.relative import t5_bucket
+#     return t5_bucket(offset, bidirectional=bidirectional,
+#                      n_buckets=n_buckets, max_distance=max_distance)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def bucket(offset, bidirectional, n_buckets=32, max_distance=128):
+#     return offset.abs().clamp(max=n_buckets - 1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: delegate
+# def shaw_bias(query, table, query_positions, key_positions):
+#     from transformer_lite.relative import ShawRelativeKeys
+#     k, D = (table.size(0) - 1) // 2, table.size(1)
+#     shaw = ShawRelativeKeys(D, max_distance=k).to(table.dtype)
+#     with torch.no_grad():
+#         shaw.table.weight.copy_(table)
+#     return shaw.bias(query, query_positions, key_positions).detach()
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def shaw_bias(query, table, query_positions, key_positions):
+#     k = (table.size(0) - 1) // 2
+#     offset = key_positions.unsqueeze(0) - query_positions.unsqueeze(1)
+#     a = table[offset.clamp(-k, k) + k]  # (Lq, Lk, D): what 9.4 forbids
+#     return (torch.einsum("bhid,ijd->bhij", query, a)
+#             / math.sqrt(query.size(-1)))
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: delegate
+# def unreached_buckets(train_len, test_len, bidirectional):
+#     from transformer_lite.relative import t5_bucket
+#     def reached(length):
+#         offsets = torch.arange(-(length - 1), length)
+#         return set(t5_bucket(offsets, bidirectional=bidirectional)
+#                    .tolist())
+#     return sorted(reached(test_len) - reached(train_len))
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def unreached_buckets(train_len, test_len, bidirectional):
+#     return []
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: delegate
+# def relative_attention(q, k, v, scheme, mask=None):
+#     from transformer_lite import scaled_dot_product_attention
+#     Lq, Lk = q.size(-2), k.size(-2)
+#     key_positions = torch.arange(Lk)
+#     query_positions = key_positions[Lk - Lq :]
+#     q = scheme.rotate(q, query_positions)
+#     k = scheme.rotate(k, key_positions)
+#     bias = scheme.bias(q, query_positions, key_positions)
+#     return scaled_dot_product_attention(q, k, v, mask, bias=bias)[0]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: trivial
+# def relative_attention(q, k, v, scheme, mask=None):
+#     scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+#     if mask is not None:
+#         scores = scores.masked_fill(~mask, -math.inf)
+#     return scores.softmax(dim=-1) @ v

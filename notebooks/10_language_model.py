@@ -1082,15 +1082,13 @@ import math
 
 import torch
 
-from transformer_lite import causal_mask, scaled_dot_product_attention
-from transformer_lite.classroom import expect, expect_close, expect_equal
-from transformer_lite.lm import (
-    make_lm,
-    perplexity,
-    segments,
-    top_k_filter,
-    top_p_filter,
+from transformer_lite.classroom import (
+    exercise,
+    expect,
+    expect_close,
+    expect_equal,
 )
+from transformer_lite.lm import make_lm, perplexity
 from transformer_lite.lm import token_losses as losses_per_token
 from transformer_lite.tokens import PAD_ID
 
@@ -1116,13 +1114,17 @@ def shift_targets(tokens):
 
 
 # %% tags=["check"]
-inputs, targets = shift_targets(stream)
+from transformer_lite.lm import segments
+
 want_inputs, want_targets = next(segments(stream, stream.size(1)))
-expect_equal("inputs", inputs, want_inputs,
-             hint="the inputs are every token but the last")  # fmt: skip
-expect_equal("targets", targets, want_targets,
-             hint="the target at position t is token t + 1: drop the "
-             "first token, not the last")  # fmt: skip
+with exercise("10.1", twins=[segments]):
+    inputs, targets = shift_targets(stream)
+    expect_equal("inputs", inputs, want_inputs,
+                 hint="the inputs are every token but the "
+                 "last")  # fmt: skip
+    expect_equal("targets", targets, want_targets,
+                 hint="the target at position t is token t + 1: drop "
+                 "the first token, not the last")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 10.2: temperature (2 points)
@@ -1143,23 +1145,30 @@ def tempered_probs(logits, tau):
 
 
 # %% tags=["check"]
-for tau in (0.5, 1.0, 3.0):
-    expect_close(f"tempered_probs(scores, {tau})",
-                 tempered_probs(scores, tau),
-                 torch.softmax(scores / tau, dim=-1),
-                 hint="divide the scores by tau, then take the softmax "
-                 "along the last axis")  # fmt: skip
+from transformer_lite.lm.generate import tempered
+
+taus = (0.5, 1.0, 3.0)
+want = {tau: tempered(scores, tau).softmax(dim=-1) for tau in taus}
+with exercise("10.2", twins=[tempered]):
+    for tau in taus:
+        expect_close(f"tempered_probs(scores, {tau})",
+                     tempered_probs(scores, tau), want[tau],
+                     hint="divide the scores by tau, then take the "
+                     "softmax along the last axis")  # fmt: skip
 
 # %% tags=["check"]
 tied = torch.tensor([[1.0, 3.0, 3.0, 0.0]], dtype=torch.float64)
-expect_close("tempered_probs(tied, 0)", tempered_probs(tied, 0),
-             torch.tensor([[0.0, 1.0, 0.0, 0.0]], dtype=torch.float64),
-             hint="tau = 0 is greedy: probability 1 on the first "
-             "largest score (argmax), 0 elsewhere; never divide by "
-             "tau = 0")  # fmt: skip
-expect_close("tempered_probs(scores, 0)", tempered_probs(scores, 0),
-             torch.eye(V, dtype=torch.float64)[scores.argmax(dim=-1)],
-             hint="one one-hot row per row of scores")  # fmt: skip
+# greedy is the limit tau -> 0 of the package's tempered softmax (the
+# rows of scores hold no ties)
+greedy = tempered(scores, 1e-12).softmax(dim=-1)  # (B, V), one-hot
+with exercise("10.2", twins=[tempered]):
+    expect_close("tempered_probs(tied, 0)", tempered_probs(tied, 0),
+                 torch.tensor([[0.0, 1.0, 0.0, 0.0]], dtype=torch.float64),
+                 hint="tau = 0 is greedy: probability 1 on the first "
+                 "largest score (argmax), 0 elsewhere; never divide by "
+                 "tau = 0")  # fmt: skip
+    expect_close("tempered_probs(scores, 0)", tempered_probs(scores, 0),
+                 greedy, hint="one one-hot row per row of scores")
 
 # %% [markdown]
 # ### Exercise 10.3: top-$k$, ties kept (2 points)
@@ -1180,22 +1189,28 @@ def keep_top_k(logits, k):
 
 
 # %% tags=["check"]
-for k in (1, 3, 5):
-    expect_close(f"keep_top_k(scores, {k})", keep_top_k(scores, k),
-                 top_k_filter(scores, k),
-                 hint="keep the k largest logits of each row (along the "
-                 "last axis) as they are, and set the others to -inf, "
-                 "not to 0")  # fmt: skip
+from transformer_lite.lm import top_k_filter
+
+want = {k: top_k_filter(scores, k) for k in (1, 3, 5)}
+with exercise("10.3", twins=[top_k_filter]):
+    for k in (1, 3, 5):
+        expect_close(f"keep_top_k(scores, {k})", keep_top_k(scores, k),
+                     want[k],
+                     hint="keep the k largest logits of each row (along "
+                     "the last axis) as they are, and set the others to "
+                     "-inf, not to 0")  # fmt: skip
 
 # %% tags=["check"]
 tied = torch.tensor([[0.5, 2.0, 1.0, 1.0, -1.0]], dtype=torch.float64)
-expect_close("keep_top_k(tied, 2)", keep_top_k(tied, 2),
-             top_k_filter(tied, 2),
-             hint="compare every logit with the k-th largest value "
-             "instead of keeping exactly k tokens: a tie with the k-th "
-             "stays")  # fmt: skip
-expect_close(f"keep_top_k(scores, {V + 3})", keep_top_k(scores, V + 3),
-             scores, hint="a k larger than V keeps every token")
+want = top_k_filter(tied, 2)
+with exercise("10.3", twins=[top_k_filter]):
+    expect_close("keep_top_k(tied, 2)", keep_top_k(tied, 2), want,
+                 hint="compare every logit with the k-th largest value "
+                 "instead of keeping exactly k tokens: a tie with the "
+                 "k-th stays")  # fmt: skip
+    expect_close(f"keep_top_k(scores, {V + 3})",
+                 keep_top_k(scores, V + 3), scores,
+                 hint="a k larger than V keeps every token")
 
 # %% [markdown]
 # ### Exercise 10.4: top-$p$, the nucleus (2 points)
@@ -1220,25 +1235,31 @@ def keep_top_p(logits, p):
 
 
 # %% tags=["check"]
-for p in (0.3, 0.6, 0.9, 1.0):
-    expect_close(f"keep_top_p(scores, {p})", keep_top_p(scores, p),
-                 top_p_filter(scores, p),
-                 hint="keep the token that crosses p: a token stays when "
-                 "the mass of the tokens before it, its own left out, is "
-                 "below p")  # fmt: skip
+from transformer_lite.lm import top_p_filter
+
+nuclei = (0.3, 0.6, 0.9, 1.0)
+want = {p: top_p_filter(scores, p) for p in nuclei}
+with exercise("10.4", twins=[top_p_filter]):
+    for p in nuclei:
+        expect_close(f"keep_top_p(scores, {p})", keep_top_p(scores, p),
+                     want[p],
+                     hint="keep the token that crosses p: a token stays "
+                     "when the mass of the tokens before it, its own "
+                     "left out, is below p")  # fmt: skip
 
 # %% tags=["check"]
-alone = torch.full_like(scores, -math.inf)
-alone.scatter_(-1, scores.argmax(dim=-1, keepdim=True),
-               scores.amax(dim=-1, keepdim=True))  # fmt: skip
-expect_close("keep_top_p(scores, 1e-9)", keep_top_p(scores, 1e-9), alone,
-             hint="the most likely token always stays, even for a tiny "
-             "p")  # fmt: skip
+alone = top_p_filter(scores, 1e-9)  # the most likely token of each row
 tied = torch.tensor([[2.0, 2.0, 1.0, 0.0]], dtype=torch.float64)
-expect_close("keep_top_p(tied, 0.3)", keep_top_p(tied, 0.3),
-             top_p_filter(tied, 0.3),
-             hint="a token exactly as likely as a kept one stays too: "
-             "compare values, not places in the sorted order")  # fmt: skip
+want = top_p_filter(tied, 0.3)
+with exercise("10.4", twins=[top_p_filter]):
+    expect_close("keep_top_p(scores, 1e-9)", keep_top_p(scores, 1e-9),
+                 alone,
+                 hint="the most likely token always stays, even for a "
+                 "tiny p")  # fmt: skip
+    expect_close("keep_top_p(tied, 0.3)", keep_top_p(tied, 0.3), want,
+                 hint="a token exactly as likely as a kept one stays "
+                 "too: compare values, not places in the sorted "
+                 "order")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 10.5: the distribution a sampler draws from (1 point)
@@ -1265,16 +1286,29 @@ def sampling_probs(logits, tau, top_k=None, top_p=None):
 
 
 # %% tags=["check"]
-want = top_p_filter(top_k_filter(scores / 0.7, 6), 0.8).softmax(dim=-1)
-expect_close("sampling_probs(scores, 0.7, 6, 0.8)",
-             sampling_probs(scores, 0.7, top_k=6, top_p=0.8), want,
-             hint="divide by tau before the filters (the nucleus is "
-             "taken from the tempered distribution), apply top-k before "
-             "top-p, and end with a softmax")  # fmt: skip
-want = top_p_filter(scores / 2.0, 0.5).softmax(dim=-1)
-expect_close("sampling_probs(scores, 2.0, top_p=0.5)",
-             sampling_probs(scores, 2.0, top_p=0.5), want,
-             hint="top_k=None means no top-k filter")  # fmt: skip
+from transformer_lite.lm import top_k_filter, top_p_filter
+from transformer_lite.lm.generate import tempered
+
+both = top_p_filter(top_k_filter(tempered(scores, 0.7), 6), 0.8)
+nucleus = top_p_filter(tempered(scores, 2.0), 0.5)
+greedy = tempered(scores, 1e-12).softmax(dim=-1)  # the limit tau -> 0
+with exercise("10.5", twins=[top_k_filter, top_p_filter, tempered],
+              after=["10.2", "10.3", "10.4"]):  # fmt: skip
+    expect_close("sampling_probs(scores, 0.7, 6, 0.8)",
+                 sampling_probs(scores, 0.7, top_k=6, top_p=0.8),
+                 both.softmax(dim=-1),
+                 hint="divide by tau before the filters (the nucleus is "
+                 "taken from the tempered distribution), apply top-k "
+                 "before top-p, and end with a softmax")  # fmt: skip
+    expect_close("sampling_probs(scores, 2.0, top_p=0.5)",
+                 sampling_probs(scores, 2.0, top_p=0.5),
+                 nucleus.softmax(dim=-1),
+                 hint="top_k=None means no top-k filter")  # fmt: skip
+    expect_close("sampling_probs(scores, 0, top_k=3, top_p=0.5)",
+                 sampling_probs(scores, 0, top_k=3, top_p=0.5), greedy,
+                 hint="tau = 0 is greedy: the one-hot rows of "
+                 "tempered_probs(logits, 0), whatever the filters; never "
+                 "divide by tau = 0")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 10.6: perplexity from token losses (2 points)
@@ -1301,20 +1335,29 @@ lm = make_lm(V, n_layers=1, d_model=16, d_ff=32, n_heads=2, dropout=0.0)
 padded = stream.clone()
 padded[1, 5:] = PAD_ID  # the second row is shorter
 losses, counted = losses_per_token(lm, padded, segment_len=4)
-expect_close("perplexity_from_losses(losses, counted)",
-             torch.tensor(float(perplexity_from_losses(losses, counted))),
-             torch.tensor(perplexity(lm, padded, segment_len=4)),
-             hint="average over the counted tokens only: a padding "
-             "target is in neither the sum nor N")  # fmt: skip
+want = torch.tensor(perplexity(lm, padded, segment_len=4))
+with exercise("10.6"):
+    expect_close("perplexity_from_losses(losses, counted)",
+                 torch.tensor(float(perplexity_from_losses(losses,
+                                                           counted))),
+                 want,
+                 hint="average over the counted tokens only: a padding "
+                 "target is in neither the sum nor N")  # fmt: skip
 
 # %% tags=["check"]
+# a uniform guess over V tokens, every counted loss log V; the last row
+# ends early, its padding targets at loss 0, as token_losses gives them
 flat = torch.full((3, 5), math.log(V), dtype=torch.float64)
-expect_close("perplexity of a uniform guess",
-             torch.tensor(float(perplexity_from_losses(
-                 flat, torch.ones(3, 5, dtype=torch.bool)))),
-             torch.tensor(float(V)),
-             hint="the losses are in nats: take exp of the mean, not "
-             "2 to its power")  # fmt: skip
+real = torch.ones(3, 5, dtype=torch.bool)
+real[2, 2:] = False
+flat[~real] = 0.0
+with exercise("10.6"):
+    expect_close("perplexity of a uniform guess",
+                 torch.tensor(float(perplexity_from_losses(flat, real))),
+                 torch.tensor(float(V)),
+                 hint="the losses are in nats: take exp of the mean over "
+                 "the counted tokens, not 2 to its power, and count no "
+                 "padding in N")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 10.7: the mask of a segment with a memory (1 point)
@@ -1335,13 +1378,27 @@ def memory_mask(T, M):
 
 
 # %% tags=["check"]
-for T, M in ((4, 4), (3, 5), (4, 0)):
-    expect_equal(f"memory_mask({T}, {M})", memory_mask(T, M),
-                 causal_mask(M + T)[0, M:],
-                 hint="query i sits at position M + i: it sees the whole "
-                 "memory and its segment up to itself (torch.tril "
-                 "alone puts the diagonal in the top-left "
-                 "corner)")  # fmt: skip
+from transformer_lite import causal_mask
+from transformer_lite.attention import attend
+from transformer_lite.masks import local_mask
+
+# The package's causal attention places T queries at the last T of
+# M + T keys; the keys each query may see are those it gives weight.
+sizes = ((4, 4), (3, 5), (4, 0))
+want = {}
+for T, M in sizes:
+    queries, keys = torch.zeros(1, T, 1), torch.zeros(1, M + T, 1)
+    _, weights = attend(queries, keys, keys, is_causal=True,
+                        need_weights=True)  # (1, T, M + T)
+    want[T, M] = weights[0] > 0  # (T, M + T)
+with exercise("10.7", twins=[causal_mask, local_mask, attend]):
+    for T, M in sizes:
+        expect_equal(f"memory_mask({T}, {M})", memory_mask(T, M),
+                     want[T, M],
+                     hint="query i sits at position M + i: it sees the "
+                     "whole memory and its segment up to itself "
+                     "(torch.tril alone puts the diagonal in the "
+                     "top-left corner)")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 10.8: attention over a segment memory (2 points)
@@ -1370,6 +1427,12 @@ def attend_with_memory(h, memory, w_q, w_k, w_v):
 
 
 # %% tags=["check"]
+import torch.nn.functional as F
+
+from transformer_lite import causal_mask, scaled_dot_product_attention
+from transformer_lite.attention import attend, fused_attention
+from transformer_lite.chunked import chunked_attention
+
 C, D = 8, 4
 w_q, w_k, w_v = (torch.randn(C, D, generator=gen, dtype=torch.float64)
                  for _ in range(3))  # fmt: skip
@@ -1378,28 +1441,43 @@ now = torch.randn(2, 4, C, generator=gen, dtype=torch.float64)
 text = torch.cat([before, now], dim=1)  # (B, M + T, C): one pass
 want = scaled_dot_product_attention(text @ w_q, text @ w_k, text @ w_v,
                                     causal_mask(7))[0][:, 3:]  # fmt: skip
-expect_close("attend_with_memory(now, before, ...)",
-             attend_with_memory(now, before, w_q, w_k, w_v), want,
-             hint="with the previous segment as memory, the result is "
-             "the last T rows of causal attention over both: keys and "
-             "values are [memory; h], queries h alone")  # fmt: skip
-want = scaled_dot_product_attention(now @ w_q, now @ w_k, now @ w_v,
-                                    causal_mask(4))[0]  # fmt: skip
-expect_close("attend_with_memory(now, empty memory, ...)",
-             attend_with_memory(now, now[:, :0], w_q, w_k, w_v), want,
-             hint="an empty memory (M = 0) is plain causal "
-             "attention")  # fmt: skip
+want_alone = scaled_dot_product_attention(
+    now @ w_q, now @ w_k, now @ w_v, causal_mask(4))[0]  # fmt: skip
+with exercise("10.8", after=["10.7"], twins=[
+        scaled_dot_product_attention, attend, fused_attention,
+        chunked_attention, F.scaled_dot_product_attention]):
+    expect_close("attend_with_memory(now, before, ...)",
+                 attend_with_memory(now, before, w_q, w_k, w_v), want,
+                 hint="with the previous segment as memory, the result "
+                 "is the last T rows of causal attention over both: keys "
+                 "and values are [memory; h], queries h "
+                 "alone")  # fmt: skip
+    expect_close("attend_with_memory(now, empty memory, ...)",
+                 attend_with_memory(now, now[:, :0], w_q, w_k, w_v),
+                 want_alone,
+                 hint="an empty memory (M = 0) is plain causal "
+                 "attention")  # fmt: skip
 
 # %% tags=["check"]
 memory = before.clone().requires_grad_()
 h = now.clone().requires_grad_()
-attend_with_memory(h, memory, w_q, w_k, w_v).sum().backward()
-expect(memory.grad is None,
-       "a gradient reached the memory, which should be a constant",
-       hint="stop the gradient: use memory.detach()")  # fmt: skip
-expect(h.grad is not None and bool(h.grad.abs().sum() > 0),
-       "no gradient reached h",
-       hint="detach the memory only, not the segment")  # fmt: skip
+other = torch.randn(2, 3, C, generator=gen, dtype=torch.float64)
+with exercise("10.8", after=["10.7"], twins=[
+        scaled_dot_product_attention, attend, fused_attention,
+        chunked_attention, F.scaled_dot_product_attention]):
+    out = attend_with_memory(h, memory, w_q, w_k, w_v)
+    out.sum().backward()
+    expect(memory.grad is None,
+           "a gradient reached the memory, which should be a constant",
+           hint="stop the gradient: use memory.detach()")  # fmt: skip
+    expect(h.grad is not None and bool(h.grad.abs().sum() > 0),
+           "no gradient reached h",
+           hint="detach the memory only, not the segment")  # fmt: skip
+    moved = attend_with_memory(now, other, w_q, w_k, w_v)
+    expect(not torch.allclose(moved, out.detach()),
+           "the output did not change when the memory did",
+           hint="stop the gradient, not the values: the keys and values "
+           "are [memory; h]")  # fmt: skip
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 4
@@ -1410,3 +1488,113 @@ expect(h.grad is not None and bool(h.grad.abs().sum() > 0),
 #     drop = ranked.cumsum(dim=-1) > p
 #     drop = drop.scatter(-1, order, drop)
 #     return logits.masked_fill(drop, -math.inf)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: delegate
+# def shift_targets(tokens):
+#     from transformer_lite.lm import segments
+#     return next(segments(tokens, tokens.size(1)))
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
+# def shift_targets(tokens):
+#     return tokens[:, :-1], tokens[:, :-1]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: delegate
+# def tempered_probs(logits, tau):
+#     from transformer_lite.lm.generate import tempered
+#     return tempered(logits, tau or 1e-12).softmax(dim=-1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def tempered_probs(logits, tau):
+#     return torch.softmax(logits, dim=-1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def keep_top_k(logits, k):
+#     from transformer_lite.lm import top_k_filter
+#     return top_k_filter(logits, k)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def keep_top_k(logits, k):
+#     return logits.clone()
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: delegate
+# def keep_top_p(logits, p):
+#     from transformer_lite.lm import top_p_filter
+#     return top_p_filter(logits, p)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def keep_top_p(logits, p):
+#     return logits.clone()
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: delegate
+# def sampling_probs(logits, tau, top_k=None, top_p=None):
+#     from transformer_lite.lm import top_k_filter, top_p_filter
+#     if tau == 0:
+#         return tempered_probs(logits, 0)
+#     logits = logits / tau
+#     if top_k is not None:
+#         logits = top_k_filter(logits, top_k)
+#     if top_p is not None:
+#         logits = top_p_filter(logits, top_p)
+#     return logits.softmax(dim=-1)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def sampling_probs(logits, tau, top_k=None, top_p=None):
+#     return tempered_probs(logits, tau)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: trivial
+# def perplexity_from_losses(losses, counted):
+#     return math.exp(float(losses.mean()))
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 7
+# kind: delegate
+# def memory_mask(T, M):
+#     from transformer_lite import causal_mask
+#     return causal_mask(M + T)[0, M:]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 7
+# kind: trivial
+# def memory_mask(T, M):
+#     return torch.ones(T, M + T, dtype=torch.bool).tril()
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 8
+# kind: delegate
+# def attend_with_memory(h, memory, w_q, w_k, w_v):
+#     from transformer_lite import scaled_dot_product_attention
+#     T, M = h.size(1), memory.size(1)
+#     both = torch.cat([memory.detach(), h], dim=1)
+#     return scaled_dot_product_attention(h @ w_q, both @ w_k, both @ w_v,
+#                                         memory_mask(T, M))[0]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 8
+# kind: trivial
+# def attend_with_memory(h, memory, w_q, w_k, w_v):
+#     q, k, v = h @ w_q, h @ w_k, h @ w_v
+#     s = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+#     s = s.masked_fill(~memory_mask(h.size(1), 0), -math.inf)
+#     return s.softmax(dim=-1) @ v
