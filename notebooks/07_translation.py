@@ -1231,13 +1231,16 @@ assert any(a["▁twenty"] == "undzwanzigtausend" and a["one"] == "ein"
 # while attending to *ein*, the first; "ninety" comes from *undneunzig*
 # and "seven" from *sieben*. Nobody told it which pieces correspond; the
 # alignment is a by-product of learning to translate. Choose 421097 in
-# the explorer and look through the heads of the last layer: one of them
-# draws a clean alignment of the eleven English tokens with the five
-# German pieces, crossing over twice, at "twenty-one" and at "ninety-seven"
-# (checked for the head-averaged weights above and for at least one
-# head). The other views are worth a look too: the decoder's
-# self-attention can only look back, and the encoder's self-attention
-# mixes the pieces of the one German word.
+# the explorer and look through the heads of the last layer: in one of
+# them the alignment crosses over twice, at "twenty-one" and at
+# "ninety-seven", where "twenty" looks most at *undzwanzigtausend* and
+# "one" at *ein*, "ninety" at *undneunzig* and "seven" at *sieben*.
+# (Checked: for 21 and 97, the four words above in the weights averaged
+# over the heads; for 421097, these four words in at least one head.
+# Where the other English tokens look is for the eye, not asserted.)
+# The other views are worth a look too: the decoder's self-attention
+# can only look back, and the encoder's self-attention mixes the pieces
+# of the one German word.
 
 # %% [markdown]
 # ## Training on several processes
@@ -1631,7 +1634,12 @@ for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
 # ### Exercise 7.3: clipped n-gram precision (1 point)
 #
 # Write `clipped_counts(hypothesis, reference, n)` for two sentences,
-# with words split at spaces (`str.split()`). It returns
+# with words split at spaces (`str.split()`). That is how `sacrebleu`
+# splits these sentences only because they hold no punctuation: its
+# default tokenisation (`13a`) also cuts a comma or a bracket off the
+# word it follows, so "one thousand, one" is four words to it and three
+# to `str.split()`, and on sentences with commas the counts would
+# differ. It returns
 # `(matches, total)`: `total` is the number of $n$-grams of the
 # hypothesis, and `matches` counts those that occur in the reference,
 # each distinct $n$-gram *at most as often as it occurs in the
@@ -1675,7 +1683,9 @@ for n in range(1, 5):
 # your `clipped_counts`. For $n = 1, \dots, 4$ the precision $p_n$ is
 # the sum of the matches over the whole corpus divided by the sum of
 # the totals; with $c$ and $r$ the total numbers of words of the
-# hypotheses and of the references,
+# hypotheses and of the references (split at spaces, as in exercise
+# 7.3, which agrees with `sacrebleu` only on sentences without
+# punctuation, such as these),
 # $\mathrm{BLEU} = 100 \cdot BP \cdot
 # \exp\big(\frac14 \sum_n \log p_n\big)$,
 # $BP = \min(1, e^{1 - r/c})$. You may assume every $p_n > 0$.
