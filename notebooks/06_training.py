@@ -474,8 +474,8 @@ assert used == [noam_lr(k, 64, 4) for k in range(1, 9)]
 # the package where an optimizer steps: `train_epoch` and `fit` call it,
 # and so do chapter 7's translator and its data parallelism, chapter 8's
 # mixed precision, chapter 10's language model, chapter 11's image
-# models and the benchmark. Its public face checks its arguments once and hands
-# them to `take_step`, which does five things:
+# models and the benchmark. Its public face checks its arguments once
+# and hands them to `take_step`, which does five things:
 #
 # 1. zero the gradients;
 # 2. for each batch of the step (one, or several when gradients are
@@ -749,11 +749,11 @@ assert all(v < t for v, t in zip(history.val_loss[:4],
 # *Held out* means drawn with a seed of its own, not unseen. Short
 # sequences are few: there are only $8 + 8^2 + 8^3 = 584$ of one to three
 # symbols, and the 38,400 training sequences, about 3,840 of each
-# length, meet nearly all of them (and about three in five of the 4,096
-# of four symbols). So every held-out sequence of one to three symbols,
-# 296 of the 1000, also occurs in the training data, and with some
-# longer ones about 36% in all (between 34% and 38% over the hundred
-# seeds we tried). Replaying the training data from its seed counts them:
+# length, meet nearly all of them. So every held-out sequence of one to
+# three symbols, 296 of the 1000, also occurs in the training data, and
+# with some longer ones about 36% in all (between 34% and 38% over the
+# hundred seeds we tried). Replaying the training data from its seed
+# counts them:
 
 # %%
 replay = torch.Generator().manual_seed(SEED + 7)  # as data_generator

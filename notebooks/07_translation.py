@@ -614,13 +614,13 @@ assert (averaging.loc["average of the last five", "exact match"]
 # ordinary model. How much it buys depends on where the last step
 # happened to land. Over the book's sweep (15 runs: `BOOK_SEED` 0, 1 and
 # 2, the seed of the chapter, which also changes the split, each under
-# AVX-512, AVX2 and plain SSE kernels and at one and two threads), the
-# last step scored 96.3% to 99.9% exact and the average 99.8% to 100%,
-# in no run below the last step (`notebooks/sweeps/07.json`). So where
-# the last step landed worst, at 96.3%, the average of the same run
-# scored at least 3.5 points more. The average is never worse, and
-# sometimes much better, so it is the one we keep: the rest of the
-# chapter, and the command line, use it.
+# AVX-512 and AVX2 kernels at one and two threads and under plain SSE
+# kernels at one), the last step scored 96.3% to 99.9% exact and the
+# average 99.8% to 100%, in no run below the last step
+# (`notebooks/sweeps/07.json`). So where the last step landed worst, at
+# 96.3%, the average of the same run scored at least 3.5 points more.
+# The average was never worse, and sometimes much better, so it is the
+# one we keep: the rest of the chapter, and the command line, use it.
 
 # %%
 translator = averaged
