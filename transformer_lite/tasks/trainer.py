@@ -64,7 +64,7 @@ class TranslateConfig:
     n_valid: int = 500  # held out, for the validation loss
     n_test: int = 1000  # held out, for the final scores
     max_digits: int = 6  # numbers below a million
-    digits_share: float = 0.15  # repeat short numbers up to this share
+    digits_share: float = 0.15  # rare digit counts repeated to this x n_train
     sparse_share: float = 0.25  # add numbers with many zeros, this share
     repeat_share: float = 0.15  # and numbers with repeated digits
     slice_size: int = 200  # held-out numbers per sampled family (slices)
