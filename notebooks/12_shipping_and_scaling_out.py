@@ -491,7 +491,7 @@ assert 9.5 < memory.loc["big", "activations"] / _states["big"] < 11
 # gradients and Adam states take well under 4 GB; the activations of a
 # batch of 25,000 tokens take several times more (the table: about 17
 # times as much for base, 10 for big), which is why the paper
-# spread each batch over 8 GPUs (data parallelism, chapter 8). A model
+# spread each batch over 8 GPUs (data parallelism, chapter 7). A model
 # a hundred times larger does not fit even with a batch of one
 # sentence, and then the model itself must be split. Four ways, in one
 # picture: each box is a device; the colours are what it holds.
