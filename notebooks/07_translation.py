@@ -1440,11 +1440,9 @@ import sacrebleu
 import torch
 
 from transformer_lite import Transformer, TransformerConfig
-from transformer_lite.classroom import expect_close, expect_equal
-from transformer_lite.decoding import beam_search, gnmt_length_penalty
-from transformer_lite.tasks.metrics import bleu
+from transformer_lite.classroom import exercise, expect_close, expect_equal
+from transformer_lite.decoding import gnmt_length_penalty
 from transformer_lite.tasks.numbers import number_words
-from transformer_lite.tasks.tokenizer import SubwordTokenizer
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 
 # German number words: 0 to 19, and the tens by their digit (2 to 9).
@@ -1514,20 +1512,29 @@ def german(n):
 
 
 # %% tags=["check"]
-wrong = [n for n in range(100) if german(n) != number_words(n, "de")]
-first = wrong[0] if wrong else 21
-expect_equal(f"german({first})", german(first), number_words(first, "de"),
-             hint="below 100 the unit comes first and joins the tens "
-             "with 'und'; the unit 1 is 'ein' there, 'eins' only "
-             "alone")  # fmt: skip
+from num2words import num2words
+from num2words.base import Num2Word_Base
+
+want = {n: number_words(n, "de") for n in range(100)}
+number_words.cache_clear()  # german() must not read the words from there
+with exercise("7.1", twins=[num2words, Num2Word_Base.to_cardinal]):
+    wrong = [n for n in range(100) if german(n) != want[n]]
+    first = wrong[0] if wrong else 21
+    expect_equal(f"german({first})", german(first), want[first],
+                 hint="below 100 the unit comes first and joins the tens "
+                 "with 'und'; the unit 1 is 'ein' there, 'eins' only "
+                 "alone")  # fmt: skip
 
 # %% tags=["check"]
-wrong = [n for n in range(100, 1000) if german(n) != number_words(n, "de")]
-first = wrong[0] if wrong else 101
-expect_equal(f"german({first})", german(first), number_words(first, "de"),
-             hint="say the hundreds digit (1 as 'ein'), then "
-             "'hundert', then the rest as below 100, and nothing for a "
-             "rest of 0")  # fmt: skip
+want = {n: number_words(n, "de") for n in range(100, 1000)}
+number_words.cache_clear()
+with exercise("7.1", twins=[num2words, Num2Word_Base.to_cardinal]):
+    wrong = [n for n in range(100, 1000) if german(n) != want[n]]
+    first = wrong[0] if wrong else 101
+    expect_equal(f"german({first})", german(first), want[first],
+                 hint="say the hundreds digit (1 as 'ein'), then "
+                 "'hundert', then the rest as below 100, and nothing for "
+                 "a rest of 0")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 7.2: the merges of byte-pair encoding (3 points)
@@ -1602,16 +1609,25 @@ def learn_merges(words, n):
 
 
 # %% tags=["check"]
+from transformer_lite.tasks.tokenizer import SubwordTokenizer
+
 toy = collections.Counter({("a", "a", "a"): 2, ("a", "b"): 3})
-expect_equal("pair_counts(toy)", dict(pair_counts(toy)),
-             {("a", "a"): 4, ("a", "b"): 3},
-             hint="every place a pair occurs counts, times the count of "
-             "its word")  # fmt: skip
-expect_equal("merge_pair(toy, ('a', 'a'))",
-             dict(merge_pair(toy, ("a", "a"))),
-             {("aa", "a"): 2, ("a", "b"): 3},
-             hint="merge from left to right without overlaps: a a a "
-             "becomes aa a")  # fmt: skip
+# SubwordTokenizer.train ends in SubwordTokenizer.__init__
+with exercise("7.2", twins=[SubwordTokenizer.__init__]):
+    expect_equal("pair_counts(toy)", dict(pair_counts(toy)),
+                 {("a", "a"): 4, ("a", "b"): 3},
+                 hint="every place a pair occurs counts, times the count "
+                 "of its word")  # fmt: skip
+    expect_equal("merge_pair(toy, ('a', 'a'))",
+                 dict(merge_pair(toy, ("a", "a"))),
+                 {("aa", "a"): 2, ("a", "b"): 3},
+                 hint="merge from left to right without overlaps: a a a "
+                 "becomes aa a")  # fmt: skip
+    expect_equal("learn_merges(toy, 2)",
+                 [tuple(pair) for pair in learn_merges(toy, 2)],
+                 [("a", "a"), ("a", "b")],
+                 hint="merge the most frequent pair, then count the "
+                 "pairs of the merged corpus again")  # fmt: skip
 
 # %% tags=["check", "points-2"]
 n_merges = 30
@@ -1620,15 +1636,16 @@ vocab_size = 4 + len(characters) + n_merges  # <pad> <bos> <eos> <unk>
 tokenizer = SubwordTokenizer.train(TEXTS, vocab_size)
 merges = json.loads(tokenizer.to_json())["model"]["merges"]
 want = [tuple(m.split(" ") if isinstance(m, str) else m) for m in merges]
-got = [tuple(pair) for pair in learn_merges(WORDS, n_merges)]
-expect_equal("the number of merges", len(got), len(want),
-             hint="stop after n merges")  # fmt: skip
-for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
-    expect_equal(f"merge {i + 1}", mine, theirs,
-                 hint="count the pairs again after every merge, and on "
-                 "a tie prefer the older symbols: characters in sorted "
-                 "order first, then merges in the order they were "
-                 "made")  # fmt: skip
+with exercise("7.2", twins=[SubwordTokenizer.__init__]):
+    got = [tuple(pair) for pair in learn_merges(WORDS, n_merges)]
+    expect_equal("the number of merges", len(got), len(want),
+                 hint="stop after n merges")  # fmt: skip
+    for i, (mine, theirs) in enumerate(zip(got, want, strict=True)):
+        expect_equal(f"merge {i + 1}", mine, theirs,
+                     hint="count the pairs again after every merge, and "
+                     "on a tie prefer the older symbols: characters in "
+                     "sorted order first, then merges in the order they "
+                     "were made")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 7.3: clipped n-gram precision (1 point)
@@ -1663,18 +1680,22 @@ def clipped_counts(hypothesis, reference, n):
 
 
 # %% tags=["check"]
+from sacrebleu.metrics.helpers import extract_all_word_ngrams
+
 stats = sacrebleu.corpus_bleu(HYPS, [REFS])
-for n in range(1, 5):
-    counts = [clipped_counts(h, r, n) for h, r in zip(HYPS, REFS,
-                                                      strict=True)]
-    expect_equal(f"the {n}-gram totals", sum(t for _, t in counts),
-                 stats.totals[n - 1],
-                 hint="a sentence of L words has L - n + 1 n-grams, or "
-                 "none if it is shorter than n")  # fmt: skip
-    expect_equal(f"the {n}-gram matches", sum(m for m, _ in counts),
-                 stats.counts[n - 1],
-                 hint="clip: an n-gram matches at most as often as it "
-                 "occurs in the reference")  # fmt: skip
+# every sacrebleu score counts its n-grams with extract_all_word_ngrams
+with exercise("7.3", twins=[extract_all_word_ngrams]):
+    for n in range(1, 5):
+        counts = [clipped_counts(h, r, n)
+                  for h, r in zip(HYPS, REFS, strict=True)]  # fmt: skip
+        expect_equal(f"the {n}-gram totals", sum(t for _, t in counts),
+                     stats.totals[n - 1],
+                     hint="a sentence of L words has L - n + 1 n-grams, "
+                     "or none if it is shorter than n")  # fmt: skip
+        expect_equal(f"the {n}-gram matches", sum(m for m, _ in counts),
+                     stats.counts[n - 1],
+                     hint="clip: an n-gram matches at most as often as it "
+                     "occurs in the reference")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 7.4: BLEU (2 points)
@@ -1708,20 +1729,31 @@ def corpus_bleu(hypotheses, references):
 
 
 # %% tags=["check"]
-expect_close("corpus_bleu(HYPS, REFS)",
-             torch.tensor(float(corpus_bleu(HYPS, REFS))),
-             torch.tensor(bleu(HYPS, REFS)),
-             hint="sum matches and totals over all sentences before "
-             "dividing (not a mean of sentence scores), and take the "
-             "geometric mean of p_1 to p_4")  # fmt: skip
+from sacrebleu.metrics.bleu import BLEUScore
+
+from transformer_lite.tasks.metrics import bleu
+
+want = bleu(HYPS, REFS)
+# every sacrebleu BLEU, from text or from counts, ends in a BLEUScore
+with exercise("7.4", after=["7.3"], twins=[
+        bleu, extract_all_word_ngrams, BLEUScore.__init__]):
+    expect_close("corpus_bleu(HYPS, REFS)",
+                 torch.tensor(float(corpus_bleu(HYPS, REFS))),
+                 torch.tensor(want),
+                 hint="sum matches and totals over all sentences before "
+                 "dividing (not a mean of sentence scores), and take the "
+                 "geometric mean of p_1 to p_4")  # fmt: skip
 
 # %% tags=["check"]
-expect_close("corpus_bleu(SHORT, REFS)",
-             torch.tensor(float(corpus_bleu(SHORT, REFS))),
-             torch.tensor(bleu(SHORT, REFS)),
-             hint="outputs shorter than the references pay the brevity "
-             "penalty exp(1 - r / c), with the corpus totals c and "
-             "r")  # fmt: skip
+want = bleu(SHORT, REFS)
+with exercise("7.4", after=["7.3"], twins=[
+        bleu, extract_all_word_ngrams, BLEUScore.__init__]):
+    expect_close("corpus_bleu(SHORT, REFS)",
+                 torch.tensor(float(corpus_bleu(SHORT, REFS))),
+                 torch.tensor(want),
+                 hint="outputs shorter than the references pay the "
+                 "brevity penalty exp(1 - r / c), with the corpus totals "
+                 "c and r")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 7.5: one step of beam search (2 points)
@@ -1798,18 +1830,22 @@ step_log_p = step_log_p.log_softmax(dim=-1)  # (k, V)
 start = (torch.tensor([-0.4, -1.1, -1.5], dtype=torch.float64),
          torch.full((3,), 2.0, dtype=torch.float64),
          torch.zeros(3, dtype=torch.bool))  # fmt: skip
-expect_step("beam_step, nothing finished", (*start, step_log_p, 3, 0.6),
-            hint="rank all k * V candidates together (flatten them); "
-            "the flat index i is row i // V and token i % V")  # fmt: skip
+with exercise("7.5"):
+    expect_step("beam_step, nothing finished",
+                (*start, step_log_p, 3, 0.6),
+                hint="rank all k * V candidates together (flatten them); "
+                "the flat index i is row i // V and token i % "
+                "V")  # fmt: skip
 
 # %% tags=["check"]
 late = (torch.tensor([-1.0, -1.5, -1.1], dtype=torch.float64),
         torch.tensor([4.0, 2.0, 4.0], dtype=torch.float64),
         torch.tensor([False, True, False]))  # fmt: skip
-expect_step("beam_step, one finished", (*late, step_log_p, 3, 1.0),
-            hint="a finished hypothesis has one candidate, PAD_ID at no "
-            "cost, and its length does not grow; score every candidate "
-            "by log_p / lp(its length)")  # fmt: skip
+with exercise("7.5"):
+    expect_step("beam_step, one finished", (*late, step_log_p, 3, 1.0),
+                hint="a finished hypothesis has one candidate, PAD_ID at "
+                "no cost, and its length does not grow; score every "
+                "candidate by log_p / lp(its length)")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 7.6: beam search (2 points)
@@ -1854,12 +1890,18 @@ def beam_decode(model, src, k, max_len, alpha):
 
 
 # %% tags=["check", "points-2"]
-for i in range(len(sources)):
-    src = sources[i : i + 1]  # (1, S)
-    for k, alpha in ((3, 0.6), (3, 0.0), (2, 2.0)):
-        want_ys, want_score = beam_search(
-            model, src, max_len=9, bos_id=BOS_ID, eos_id=EOS_ID,
-            beam_size=k, length_penalty=alpha, return_scores=True)
+from transformer_lite.decoding import _beam_search, beam_search
+
+cases = [(i, k, alpha) for i in range(len(sources))
+         for k, alpha in ((3, 0.6), (3, 0.0), (2, 2.0))]  # fmt: skip
+wants = [beam_search(model, sources[i : i + 1], max_len=9, bos_id=BOS_ID,
+                     eos_id=EOS_ID, beam_size=k, length_penalty=alpha,
+                     return_scores=True)
+         for i, k, alpha in cases]  # fmt: skip
+with exercise("7.6", after=["7.5"], twins=[beam_search, _beam_search]):
+    for (i, k, alpha), (want_ys, want_score) in zip(cases, wants,
+                                                    strict=True):
+        src = sources[i : i + 1]  # (1, S)
         got_ys, got_score = beam_decode(model, src, k, 9, alpha)
         name = f"beam_decode(model, sources[{i}:{i + 1}], {k}, 9, {alpha})"
         expect_equal(name, got_ys, want_ys,
@@ -1879,3 +1921,116 @@ for i in range(len(sources)):
 #     grams = [tuple(hyp[i : i + n]) for i in range(len(hyp) - n + 1)]
 #     seen = {tuple(ref[i : i + n]) for i in range(len(ref) - n + 1)}
 #     return sum(gram in seen for gram in grams), len(grams)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: delegate
+# def german(n):
+#     from num2words import num2words
+#     return num2words(n, lang="de")
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
+# def german(n):
+#     return ONES_DE[n % 20]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: delegate
+# def pair_counts(words):
+#     counts = collections.Counter()
+#     for word, m in words.items():
+#         for pair in zip(word[:-1], word[1:], strict=True):
+#             counts[pair] += m
+#     return counts
+#
+#
+# def merge_pair(words, pair):
+#     merged = collections.Counter()
+#     for word, m in words.items():
+#         symbols, i = [], 0
+#         while i < len(word):
+#             if word[i : i + 2] == pair:
+#                 symbols.append(word[i] + word[i + 1])
+#                 i += 2
+#             else:
+#                 symbols.append(word[i])
+#                 i += 1
+#         merged[tuple(symbols)] += m
+#     return merged
+#
+#
+# def learn_merges(words, n):
+#     from transformer_lite.tasks.tokenizer import SubwordTokenizer
+#     characters = {c for word in words for c in word}
+#     texts = ["".join(word).lstrip("▁") for word, m in words.items()
+#              for _ in range(m)]
+#     tokenizer = SubwordTokenizer.train(texts, 4 + len(characters) + n)
+#     merges = json.loads(tokenizer.to_json())["model"]["merges"]
+#     return [tuple(m.split(" ") if isinstance(m, str) else m)
+#             for m in merges]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def pair_counts(words):
+#     return collections.Counter()
+#
+#
+# def merge_pair(words, pair):
+#     return words
+#
+#
+# def learn_merges(words, n):
+#     return []
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def clipped_counts(hypothesis, reference, n):
+#     stats = sacrebleu.sentence_bleu(hypothesis, [reference])
+#     return stats.counts[n - 1], stats.totals[n - 1]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def clipped_counts(hypothesis, reference, n):
+#     return 0, 0
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: delegate
+# def corpus_bleu(hypotheses, references):
+#     from transformer_lite.tasks.metrics import bleu
+#     return bleu(hypotheses, references)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def corpus_bleu(hypotheses, references):
+#     return 100.0
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def beam_step(log_p, length, finished, step_log_p, k, alpha):
+#     rows = torch.arange(k)
+#     tokens = torch.full((k,), EOS_ID)
+#     return rows, tokens, log_p, length, torch.ones(k, dtype=torch.bool)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: delegate
+# def beam_decode(model, src, k, max_len, alpha):
+#     from transformer_lite.decoding import beam_search
+#     ys, scores = beam_search(model, src, max_len=max_len, bos_id=BOS_ID,
+#                              eos_id=EOS_ID, beam_size=k,
+#                              length_penalty=alpha, return_scores=True)
+#     return ys, scores[0]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: trivial
+# def beam_decode(model, src, k, max_len, alpha):
+#     return torch.full((1, 1), BOS_ID), torch.zeros((), dtype=torch.float64)

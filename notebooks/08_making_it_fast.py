@@ -1559,14 +1559,9 @@ import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from transformer_lite import (
-    Encoder,
-    MultiHeadAttention,
-    causal_mask,
-    chunked_attention,
-    scaled_dot_product_attention,
-)
+from transformer_lite import Encoder, MultiHeadAttention, causal_mask
 from transformer_lite.classroom import (
+    exercise,
     expect,
     expect_close,
     expect_equal,
@@ -1658,22 +1653,25 @@ v2 = torch.randn(2, 5, 6, generator=gen, dtype=f64)
 start = (torch.full((2, 3, 1), -math.inf, dtype=f64),
          torch.zeros(2, 3, 1, dtype=f64),
          torch.zeros(2, 3, 6, dtype=f64))  # fmt: skip
-m, ell, o = online_step(*online_step(*start, s1, v1), s2, v2)
 s, v = torch.cat([s1, s2], dim=-1), torch.cat([v1, v2], dim=-2)
-expect_close("o / ell after two chunks", o / ell,
-             torch.softmax(s, dim=-1) @ v,
-             hint="when the maximum grows, rescale both ell and o by "
-             "alpha = exp(m_old - m_new)")  # fmt: skip
+with exercise("8.1"):
+    m, ell, o = online_step(*online_step(*start, s1, v1), s2, v2)
+    expect_close("o / ell after two chunks", o / ell,
+                 torch.softmax(s, dim=-1) @ v,
+                 hint="when the maximum grows, rescale both ell and o by "
+                 "alpha = exp(m_old - m_new)")  # fmt: skip
 
 # %% tags=["check"]
-expect_close("m after two chunks", m, s.amax(dim=-1, keepdim=True),
-             hint="m is the largest score seen so far: the maximum of "
-             "the old m and the chunk's largest score")  # fmt: skip
-expect_close("ell after two chunks", ell,
-             torch.exp(s - s.amax(dim=-1, keepdim=True)).sum(
-                 dim=-1, keepdim=True),
-             hint="ell sums exp(s - m) over every key seen, taken "
-             "against the current maximum m")  # fmt: skip
+with exercise("8.1"):
+    m, ell, o = online_step(*online_step(*start, s1, v1), s2, v2)
+    expect_close("m after two chunks", m, s.amax(dim=-1, keepdim=True),
+                 hint="m is the largest score seen so far: the maximum "
+                 "of the old m and the chunk's largest score")  # fmt: skip
+    expect_close("ell after two chunks", ell,
+                 torch.exp(s - s.amax(dim=-1, keepdim=True)).sum(
+                     dim=-1, keepdim=True),
+                 hint="ell sums exp(s - m) over every key seen, taken "
+                 "against the current maximum m")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 8.2: attention over chunks of keys (2 points)
@@ -1704,24 +1702,68 @@ def online_attention(q, k, v, chunk):
 
 
 # %% tags=["check"]
+import torch.nn.functional as F
+
+from transformer_lite import chunked_attention, scaled_dot_product_attention
+from transformer_lite.attention import attend, fused_attention
+
 q = torch.randn(2, 3, 7, 8, generator=gen, dtype=f64)  # (B, H, Lq, D)
 k = torch.randn(2, 3, 23, 8, generator=gen, dtype=f64)  # (B, H, Lk, D)
 v = torch.randn(2, 3, 23, 5, generator=gen, dtype=f64)  # (B, H, Lk, Dv)
 want, _ = scaled_dot_product_attention(q, k, v)  # (B, H, Lq, Dv)
-for chunk in (5, 64):
-    expect_close(f"online_attention(q, k, v, {chunk})",
-                 online_attention(q, k, v, chunk), want,
-                 hint="divide the scores by sqrt(d_k), visit every key "
-                 "with range(0, Lk, chunk) and keep the last, shorter "
-                 "chunk")  # fmt: skip
+step_of_8_1 = online_step
+widths = []  # the number of keys of each chunk the answer visits
+
+
+def counting_step(m, ell, o, s, v):
+    """The online_step of exercise 8.1, counting each chunk's keys."""
+    widths.append(s.size(-1))
+    return step_of_8_1(m, ell, o, s, v)
+
+
+online_step = counting_step  # while the check runs
+try:
+    with exercise("8.2", after=["8.1"], twins=[
+            chunked_attention, scaled_dot_product_attention, attend,
+            fused_attention, F.scaled_dot_product_attention,
+            torch.softmax, torch.Tensor.softmax, F.softmax]):
+        for chunk, chunks in ((5, [5, 5, 5, 5, 3]), (64, [23])):
+            widths.clear()
+            expect_close(f"online_attention(q, k, v, {chunk})",
+                         online_attention(q, k, v, chunk), want,
+                         hint="divide the scores by sqrt(d_k), visit "
+                         "every key with range(0, Lk, chunk) and keep "
+                         "the last, shorter chunk")  # fmt: skip
+            expect_equal(f"the chunks of online_attention(q, k, v, "
+                         f"{chunk}), in keys", widths, chunks,
+                         hint="call online_step once per chunk of at "
+                         "most `chunk` keys, never on all the scores at "
+                         "once")  # fmt: skip
+finally:
+    online_step = step_of_8_1
 
 # %% tags=["check"]
 hot = 2000 * q  # scores in the thousands: exp(s) is inf in float64
-expect_close("online_attention(2000 q, k, v, 5)",
-             online_attention(hot, k, v, 5),
-             chunked_attention(hot, k, v, chunk_size=5),
-             hint="never exponentiate a score itself: subtract the "
-             "running maximum first (online_step does)")  # fmt: skip
+want = chunked_attention(hot, k, v, chunk_size=5)  # (B, H, Lq, Dv)
+step_of_8_1, online_step = online_step, counting_step
+widths.clear()
+try:
+    with exercise("8.2", after=["8.1"], twins=[
+            chunked_attention, scaled_dot_product_attention, attend,
+            fused_attention, F.scaled_dot_product_attention,
+            torch.softmax, torch.Tensor.softmax, F.softmax]):
+        expect_close("online_attention(2000 q, k, v, 5)",
+                     online_attention(hot, k, v, 5), want,
+                     hint="never exponentiate a score itself: subtract "
+                     "the running maximum first (online_step "
+                     "does)")  # fmt: skip
+        expect_equal("the chunks of online_attention(2000 q, k, v, 5), "
+                     "in keys", widths, [5, 5, 5, 5, 3],
+                     hint="call online_step once per chunk of at most "
+                     "`chunk` keys, never on all the scores at "
+                     "once")  # fmt: skip
+finally:
+    online_step = step_of_8_1
 
 # %% [markdown]
 # ### Exercise 8.3: a cached step equals the uncached one (2 points)
@@ -1765,28 +1807,41 @@ def cached_attention(mha, x_new, cache):
 
 
 # %% tags=["check"]
+from transformer_lite.cache import KVCache
+
 with torch.no_grad():
     want = mha(x, x, x, causal_mask(8))  # (B, L, C), no cache
+with torch.no_grad(), exercise("8.3", twins=[
+        MultiHeadAttention.forward, MultiHeadAttention.split_heads,
+        MultiHeadAttention.merge_heads, KVCache.update, attend,
+        scaled_dot_product_attention, chunked_attention, fused_attention,
+        F.scaled_dot_product_attention]):
     cache, pieces = None, []
     for a, b in ((0, 3), (3, 4), (4, 8)):  # pieces of 3, 1 and 4
         out, cache = cached_attention(mha, x[:, a:b], cache)
         pieces.append(out)
-expect_close("the outputs of pieces 3, 1, 4, concatenated",
-             torch.cat(pieces, dim=1), want,
-             hint="new query i sits at position t + i: it may see every "
-             "cached key and the new keys up to its own, the "
-             "bottom-right block of the causal mask")  # fmt: skip
+    expect_close("the outputs of pieces 3, 1, 4, concatenated",
+                 torch.cat(pieces, dim=1), want,
+                 hint="new query i sits at position t + i: it may see "
+                 "every cached key and the new keys up to its own, the "
+                 "bottom-right block of the causal mask")  # fmt: skip
 
 # %% tags=["check"]
 with torch.no_grad():
-    _, cache = cached_attention(mha, x[:, :5], None)
-    _, (K, V) = cached_attention(mha, x[:, 5:], cache)
     keys = mha.w_k(x).view(2, 8, 4, 4).transpose(1, 2)  # (B, H, L, D)
     values = mha.w_v(x).view(2, 8, 4, 4).transpose(1, 2)
 hint = ("the cache holds keys and values split into heads, (B, H, t, D): "
         "view as (B, n, H, D), transpose, and append along dim=2")
-expect_close("the cached K after 5 + 3 positions", K, keys, hint=hint)
-expect_close("the cached V after 5 + 3 positions", V, values, hint=hint)
+with torch.no_grad(), exercise("8.3", twins=[
+        MultiHeadAttention.forward, MultiHeadAttention.split_heads,
+        MultiHeadAttention.merge_heads, KVCache.update, attend,
+        scaled_dot_product_attention, chunked_attention, fused_attention,
+        F.scaled_dot_product_attention]):
+    _, cache = cached_attention(mha, x[:, :5], None)
+    _, (K, V) = cached_attention(mha, x[:, 5:], cache)
+    expect_close("the cached K after 5 + 3 positions", K, keys, hint=hint)
+    expect_close("the cached V after 5 + 3 positions", V, values,
+                 hint=hint)  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 8.4: checkpointed segments (2 points)
@@ -1830,26 +1885,31 @@ def in_segments_of_2(h):
 
 
 want_out, want_grads = outputs_and_grads(plain_pass)
-out, grads = outputs_and_grads(in_segments_of_2)
 hint = ("run the segments in order, each in one call "
         "checkpoint(segment, x, mask, use_reentrant=False) over its "
         "own layers; checkpoint replays dropout's random state itself")
-expect_close("the output", out, want_out, atol=1e-12, hint=hint)
-for n, (got, wanted) in enumerate(zip(grads, want_grads, strict=True)):
-    expect_close(f"gradient {n} (0: the input)", got, wanted, atol=1e-12,
-                 hint=hint)  # fmt: skip
+with exercise("8.4"):
+    out, grads = outputs_and_grads(in_segments_of_2)
+    expect_close("the output", out, want_out, atol=1e-12, hint=hint)
+    for n, (got, wanted) in enumerate(zip(grads, want_grads,
+                                          strict=True)):  # fmt: skip
+        expect(got is not None, f"gradient {n} (0: the input) is None",
+               hint=hint)  # fmt: skip
+        expect_close(f"gradient {n} (0: the input)", got, wanted,
+                     atol=1e-12, hint=hint)  # fmt: skip
 
 # %% tags=["check"]
 plain_count = saved_tensors(plain_pass)
-for every, segments in ((1, 5), (2, 3), (5, 1)):
-    count = saved_tensors(lambda h, e=every: checkpointed_layers(
-        encoder.layers, h, src_mask, e))  # fmt: skip
-    expect(segments <= count <= 2 * segments,
-           f"with every={every} the forward pass kept {count} tensors "
-           f"(without checkpointing: {plain_count}); expected the "
-           f"inputs of {segments} segment(s) only",
-           hint="wrap each segment, not each layer nor the whole "
-           "stack, in one checkpoint call")  # fmt: skip
+with exercise("8.4"):
+    for every, segments in ((1, 5), (2, 3), (5, 1)):
+        count = saved_tensors(lambda h, e=every: checkpointed_layers(
+            encoder.layers, h, src_mask, e))  # fmt: skip
+        expect(segments <= count <= 2 * segments,
+               f"with every={every} the forward pass kept {count} tensors "
+               f"(without checkpointing: {plain_count}); expected the "
+               f"inputs of {segments} segment(s) only",
+               hint="wrap each segment, not each layer nor the whole "
+               "stack, in one checkpoint call")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 8.5: attention weights in 16 bits (2 points)
@@ -1878,23 +1938,33 @@ def attention_weights(q, k, mask):
 
 
 # %% tags=["check"]
+from transformer_lite.scores import scaled_query, score_dtype
+
 q32 = torch.randn(2, 5, 8, generator=gen)  # (B, L, D)
 k32 = torch.randn(2, 5, 8, generator=gen)
 pad = torch.tensor([[True] * 5, [True] * 3 + [False] * 2])  # (B, L)
 mask = pad[:, None, :] & causal_mask(5)  # (B, L, L)
 mask[0, 2] = False  # query 2 of row 0 may attend to nothing
-for dtype in (torch.float16, torch.bfloat16, f64):
-    q, k = q32.to(dtype), k32.to(dtype)
-    _, want = scaled_dot_product_attention(q, k, k, mask)  # (B, L, L)
-    got = expect_tensor(f"the weights for {dtype} inputs",
-                        attention_weights(q, k, mask), dtype=dtype,
-                        finite=False,
-                        hint="return the weights in the inputs' "
-                        "dtype")  # fmt: skip
-    expect_close(f"the weights for {dtype} inputs", got, want, atol=1e-3,
-                 hint="fill with torch.finfo(dtype).min of the scores' "
-                 "dtype, and zero the forbidden weights after the "
-                 "softmax: a row with no allowed key is all zeros")
+dtypes = (torch.float16, torch.bfloat16, f64)
+wants = [scaled_dot_product_attention(q32.to(dtype), k32.to(dtype),
+                                      k32.to(dtype), mask)[1]
+         for dtype in dtypes]  # fmt: skip
+with exercise("8.5", twins=[
+        scaled_dot_product_attention, attend, scaled_query, score_dtype,
+        F.scaled_dot_product_attention]):
+    for dtype, want in zip(dtypes, wants, strict=True):
+        q, k = q32.to(dtype), k32.to(dtype)
+        got = expect_tensor(f"the weights for {dtype} inputs",
+                            attention_weights(q, k, mask), dtype=dtype,
+                            finite=False,
+                            hint="return the weights in the inputs' "
+                            "dtype")  # fmt: skip
+        expect_close(f"the weights for {dtype} inputs", got, want,
+                     atol=1e-3,
+                     hint="fill with torch.finfo(dtype).min of the "
+                     "scores' dtype, and zero the forbidden weights after "
+                     "the softmax: a row with no allowed key is all "
+                     "zeros")  # fmt: skip
 
 # %% tags=["check"]
 # |q @ k^T| reaches 2.7e5, and 9.7e4 even after dividing q by sqrt(d_k):
@@ -1903,11 +1973,14 @@ for dtype in (torch.float16, torch.bfloat16, f64):
 q = (200 * q32).half()  # (B, L, D)
 k = (200 * k32).half()
 _, want = scaled_dot_product_attention(q, k, k, mask)  # (B, L, L)
-expect_close("the weights for large float16 inputs",
-             attention_weights(q, k, mask), want, atol=1e-3,
-             hint="compute the scores in float32: q @ k^T of float16 "
-             "inputs passes 65504, float16's largest value, and "
-             "becomes inf")  # fmt: skip
+with exercise("8.5", twins=[
+        scaled_dot_product_attention, attend, scaled_query, score_dtype,
+        F.scaled_dot_product_attention]):
+    expect_close("the weights for large float16 inputs",
+                 attention_weights(q, k, mask), want, atol=1e-3,
+                 hint="compute the scores in float32: q @ k^T of float16 "
+                 "inputs passes 65504, float16's largest value, and "
+                 "becomes inf")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 8.6: the rules of loss scaling (2 points)
@@ -1947,41 +2020,53 @@ def update_scale(scale, good_steps, found_inf, growth_interval):
 # %% tags=["check"]
 g = torch.tensor([1e-3, 1e-5, 1e-7, 1e-9])  # float32 gradients
 S = 2.0**16
-grads, found_inf = unscale([(g * S).half(), g * S], S)
-for n, got in enumerate(grads):
-    got = expect_tensor(f"unscaled gradient {n}", got, dtype=torch.float32,
-                        hint="cast to float32, then divide")  # fmt: skip
-    expect_close(f"unscaled gradient {n}", got, g, atol=0, rtol=1e-3,
-                 hint="cast to float32 first, then divide: g / S in "
-                 "float16 underflows to 0 below 6e-8")  # fmt: skip
-expect_equal("found_inf for finite gradients", found_inf, False,
-             hint="found_inf is a bool, True only if some entry is "
-             "inf or NaN")  # fmt: skip
-for bad in (math.inf, -math.inf, math.nan):
-    _, found_inf = unscale([g.half(), torch.tensor([1.0, bad]).half()], S)
-    expect_equal(f"found_inf with a {bad} entry", found_inf, True,
-                 hint="look at every gradient, and count NaN as well "
-                 "as +-inf (torch.isfinite)")  # fmt: skip
+# what torch.amp.GradScaler runs to unscale and to update its scale
+with exercise("8.6", twins=[
+        torch._amp_foreach_non_finite_check_and_unscale_,
+        torch._amp_update_scale_]):
+    grads, found_inf = unscale([(g * S).half(), g * S], S)
+    for n, got in enumerate(grads):
+        got = expect_tensor(f"unscaled gradient {n}", got,
+                            dtype=torch.float32,
+                            hint="cast to float32, then divide")  # fmt: skip
+        expect_close(f"unscaled gradient {n}", got, g, atol=0, rtol=1e-3,
+                     hint="cast to float32 first, then divide: g / S in "
+                     "float16 underflows to 0 below 6e-8")  # fmt: skip
+    expect_equal("found_inf for finite gradients", found_inf, False,
+                 hint="found_inf is a bool, True only if some entry is "
+                 "inf or NaN")  # fmt: skip
+    for bad in (math.inf, -math.inf, math.nan):
+        _, found_inf = unscale([g.half(), torch.tensor([1.0, bad]).half()],
+                               S)  # fmt: skip
+        expect_equal(f"found_inf with a {bad} entry", found_inf, True,
+                     hint="look at every gradient, and count NaN as well "
+                     "as +-inf (torch.isfinite)")  # fmt: skip
 
 # %% tags=["check"]
+growth = (1, 1, math.inf, 1, 1, 1, 1, 1, math.nan, 1, 1, 1, 1)
 param = nn.Parameter(torch.ones(3))
 sgd = torch.optim.SGD([param], lr=0.1)
 scaler = torch.amp.GradScaler("cpu", init_scale=16.0, growth_interval=3)
-scale, good_steps, ours, torchs = 16.0, 0, [], []
-for g in (1, 1, math.inf, 1, 1, 1, 1, 1, math.nan, 1, 1, 1, 1):
+torchs = []  # (scale, step skipped) after each of torch's steps
+for g in growth:
     before = param.detach().clone()
     sgd.zero_grad()
     scaler.scale((param * g).sum()).backward()
     scaler.step(sgd)
     scaler.update()
     torchs.append((scaler.get_scale(), torch.equal(param, before)))
-    _, found_inf = unscale([torch.full((3,), g * scale)], scale)
-    scale, good_steps = update_scale(scale, good_steps, found_inf, 3)
-    ours.append((scale, found_inf))
-expect_equal("(scale, step skipped) after each step", ours, torchs,
-             hint="halve the scale and reset the count after inf or NaN; "
-             "double it only after growth_interval good steps in a "
-             "row, then reset the count")  # fmt: skip
+with exercise("8.6", twins=[
+        torch._amp_foreach_non_finite_check_and_unscale_,
+        torch._amp_update_scale_]):
+    scale, good_steps, ours = 16.0, 0, []
+    for g in growth:
+        _, found_inf = unscale([torch.full((3,), g * scale)], scale)
+        scale, good_steps = update_scale(scale, good_steps, found_inf, 3)
+        ours.append((scale, found_inf))
+    expect_equal("(scale, step skipped) after each step", ours, torchs,
+                 hint="halve the scale and reset the count after inf or "
+                 "NaN; double it only after growth_interval good steps "
+                 "in a row, then reset the count")  # fmt: skip
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1
@@ -1993,3 +2078,88 @@ expect_equal("(scale, step skipped) after each step", ours, torchs,
 #     ell_new = alpha * ell + p.sum(dim=-1, keepdim=True)
 #     o_new = o + p @ v
 #     return m_new, ell_new, o_new
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 1
+# kind: trivial
+# def online_step(m, ell, o, s, v):
+#     return m, ell, o
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: delegate
+# def online_attention(q, k, v, chunk):
+#     return chunked_attention(q, k, v, chunk_size=chunk)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 2
+# kind: trivial
+# def online_attention(q, k, v, chunk):
+#     return torch.zeros(*q.shape[:-1], v.size(-1), dtype=v.dtype)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: delegate
+# def cached_attention(mha, x_new, cache):
+#     from transformer_lite.cache import KVCache
+#     kv = KVCache()
+#     if cache is not None:
+#         kv.key, kv.value = cache
+#     out = mha(x_new, x_new, x_new, cache=kv, is_causal=True)
+#     return out, (kv.key, kv.value)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 3
+# kind: trivial
+# def cached_attention(mha, x_new, cache):
+#     B, n, C = x_new.shape
+#     empty = torch.zeros(B, mha.h, n, mha.d_k, dtype=x_new.dtype)
+#     return torch.zeros_like(x_new), (empty, empty)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 4
+# kind: trivial
+# def checkpointed_layers(layers, x, mask, every):
+#     return x
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: delegate
+# def attention_weights(q, k, mask):
+#     return scaled_dot_product_attention(q, k, k, mask)[1]
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 5
+# kind: trivial
+# def attention_weights(q, k, mask):
+#     shape = (*q.shape[:-1], k.size(-2))
+#     return torch.zeros(shape, dtype=q.dtype)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: delegate
+# def unscale(grads, scale):
+#     grads = [g.float().clone() for g in grads]
+#     found_inf = torch.zeros(1)
+#     torch._amp_foreach_non_finite_check_and_unscale_(
+#         grads, found_inf, torch.full((1,), 1.0 / scale))
+#     return grads, bool(found_inf)
+#
+#
+# def update_scale(scale, good_steps, found_inf, growth_interval):
+#     scale_t = torch.full((1,), float(scale))
+#     tracker = torch.full((1,), good_steps, dtype=torch.int32)
+#     torch._amp_update_scale_(scale_t, tracker,
+#                              torch.full((1,), float(found_inf)),
+#                              2.0, 0.5, growth_interval)
+#     return float(scale_t), int(tracker)
+
+# %% [raw] tags=["cheat", "remove-cell"]
+# exercise: 6
+# kind: trivial
+# def unscale(grads, scale):
+#     return list(grads), False
+#
+#
+# def update_scale(scale, good_steps, found_inf, growth_interval):
+#     return scale, good_steps
