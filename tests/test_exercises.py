@@ -253,3 +253,22 @@ def test_watch_sees_the_largest_tensor_and_a_hidden_nan():
         lowest = torch.finfo(scores.dtype).min
         scores.masked_fill(~empty, lowest).softmax(-1)
     assert not seen.made_nan
+
+
+def test_a_torch_function_torch_never_dispatches_is_refused_by_name():
+    """nn.utils.clip_grad_norm_ is Python that torch's function modes
+    never see: it is refused where a module holds it by name."""
+    answer = """
+def clip(parameters, max_norm):
+    return torch.nn.utils.clip_grad_norm_(parameters, max_norm)
+"""
+    check = """
+w = torch.nn.Parameter(torch.ones(3))
+w.grad = torch.full((3,), 4.0)
+with exercise("6.5", twins=[torch.nn.utils.clip_grad_norm_]):
+    clip([w], 1.0)
+"""
+    original = torch.nn.utils.clip_grad_norm_
+    with pytest.raises(WrongAnswer, match="clip_grad_norm_"):
+        notebook(answer, check)
+    assert torch.nn.utils.clip_grad_norm_ is original  # put back

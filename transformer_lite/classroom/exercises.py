@@ -108,11 +108,14 @@ class forbid:
         self._python = []
         self._torch = set()
         for twin in self.twins:
+            # a torch function written in Python (F.softmax, but also
+            # nn.utils.clip_grad_norm_, which torch never dispatches) is
+            # both replaced by name and watched by the mode
+            if isinstance(twin, types.FunctionType):
+                self._python.append(twin)
             if _is_torch_callable(twin):
                 self._torch.add(twin)
-            elif isinstance(twin, types.FunctionType):
-                self._python.append(twin)
-            else:
+            elif not isinstance(twin, types.FunctionType):
                 raise TypeError(
                     f"forbid: a twin must be a function or a torch callable, "
                     f"got {type(twin).__name__} {twin!r}"
