@@ -478,12 +478,49 @@ def course_config(course: Path):
     return config
 
 
+GRADES = ROOT / "_build" / "classroom-grades.json"  # tests write it
+
+
+def table(jobs: list[Assignment]) -> str:
+    """A Markdown table of the assignments: what each asks, its cheats
+    and, when the tests have graded them (GRADES), every version's
+    score."""
+    import json
+
+    grades = json.loads(GRADES.read_text()) if GRADES.exists() else {}
+    versions = ("instructor", "student", "planted", *CHEATS)
+    rows = [
+        "| chapter | exercises | predictions | written | points (auto + "
+        "by hand) | cheats (delegate, trivial) | "
+        + " | ".join(versions) + " |",
+        "|" + "---|" * (6 + len(versions)),
+    ]
+    for job in jobs:
+        kinds = [sum(c.kind == k for c in job.cheats) for k in CHEATS]
+        scores = []
+        for version in versions:
+            got = grades.get(f"{job.name} {version}")
+            scores.append(f"{got[0]:g}" if got else "")
+        rows.append(
+            f"| {job.name} | {job.exercises} | {job.predictions} | "
+            f"{job.written} | {job.points} + {job.manual_points} | "
+            f"{kinds[0]}, {kinds[1]} | " + " | ".join(scores) + " |"
+        )
+    return "\n".join(rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--chapters", nargs="*", help="e.g. 01 03")
     parser.add_argument("--course", type=Path, default=COURSE)
     parser.add_argument("--kit", type=Path, help="write the student kit")
+    parser.add_argument("--table", action="store_true",
+                        help="print what each assignment asks and, from "
+                        "the last test run, its scores (builds nothing)")
     args = parser.parse_args(argv)
+    if args.table:
+        print(table([assignment(p) for p in chapters(args.chapters)]))
+        return 0
     jobs = build(chapters(args.chapters), args.course)
     for job in jobs:
         print(f"{job.name}: {job.exercises} exercises, {job.points} points "
