@@ -884,7 +884,8 @@ assert abs(other - scores[0]) > 1e-3
 # %% [markdown]
 # ## Graded exercises
 #
-# Seven exercises, each with a check that runs when you run its cell.
+# Ten exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1207,6 +1208,174 @@ with exercise("4.7", after=["4.2"],
            "the score at offset 8 equals the score at offset 7",
            hint="the angle of pair i is omega_i times the position, not "
            "a constant")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 4.8: predict, then run (1 point)
+#
+# Decide before you run the cell below it. Exercise 4.1 showed that one
+# attention layer without positions cannot see order. A whole encoder
+# adds feed-forward networks, residual connections and LayerNorms,
+# layer after layer. Take an untrained two-layer `Encoder`, with no
+# positions and no mask, and give it `x` with its tokens shuffled by
+# `perm`. How does its output compare with its output for `x`? Set
+# `prediction` to one of the strings `"unchanged"` (the same rows in
+# the same places), `"shuffled"` (the same rows, moved as the tokens
+# were) or `"different"` (new values); then run the experiment and the
+# check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = "shuffled"
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: the encoder's output for the shuffled tokens, compared
+# with its output for `x` as it is and with that output shuffled by
+# `perm`.
+
+# %%
+from transformer_lite.layers import Encoder
+
+stack = Encoder(2, C, 4, 32, dropout=0.0).double().eval()
+with torch.no_grad():
+    out = stack(x)  # (B, L, C)
+    out_of_shuffled = stack(x[:, perm])  # (B, L, C)
+as_is = (out_of_shuffled - out).abs().max().item()
+moved = (out_of_shuffled - out[:, perm]).abs().max().item()
+print(f"largest difference from the output for x:        {as_is:.2e}")
+print(f"largest difference from that output, shuffled:   {moved:.2e}")
+
+# %% tags=["check", "hide-input"]
+with exercise("4.8", prediction=True):
+    expect(prediction in ("unchanged", "shuffled", "different"),
+           f"prediction is {prediction!r}: choose one of \"unchanged\", "
+           f"\"shuffled\" or \"different\"")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    truth = ("unchanged" if as_is < 1e-9 else
+             "shuffled" if moved < 1e-9 else "different")  # fmt: skip
+    expect(prediction == truth,
+           f"the experiment says {truth!r} (the gap to the output for x "
+           f"is {as_is:.1e}, to that output shuffled {moved:.1e}), not "
+           f"{prediction!r}",
+           hint="the feed-forward network, LayerNorm and the residual sum "
+           "act on each position alone, so they commute with any "
+           "reordering, and attention without positions is "
+           "permutation-equivariant; a chain of equivariant maps is "
+           "equivariant: Encoder(PX) = P Encoder(X), however deep. Only "
+           "the positions added to the input (or a mask) break the "
+           "symmetry")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 4.9: predict, then run (1 point)
+#
+# Decide before you run the cell below it. Exercise 4.5 showed that the
+# dot product of two rows of the table depends on their offset only.
+# Does that make attention scores depend on offsets only? The cell
+# below computes the self-attention scores $q_m \cdot k_n$ of the ten
+# tokens `x`, with the query and key projections of `mha` (taken as one
+# head of width $C$), in two ways:
+#
+# - *added*: the table's rows are added to the tokens before the
+#   projections, $q_m = (x_m + PE_m) W^Q + b^Q$ and likewise $k_n$;
+# - *rotary*: the projected query and key are turned by the rotations
+#   of their own positions, as RoPE does (exercise 4.7; the package's
+#   `rotate_pairs` turns the other way, which changes nothing here).
+#
+# Then it moves the whole sentence 100 places on: positions 100 to 109
+# instead of 0 to 9. Which scores stay the same? Set `prediction` to
+# one of `"both"`, `"added"`, `"rotary"` or `"neither"`.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = "rotary"
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: each way's scores at positions 0 to 9 and at 100 to
+# 109.
+
+# %%
+from transformer_lite import sinusoidal_table
+from transformer_lite.rotary import rotary_angles, rotate_pairs
+
+long_table = sinusoidal_table(128, C, dtype=torch.float64)  # (128, C)
+
+
+def added_scores(start):
+    """Scores with the positions start .. start + L - 1 added to x."""
+    y = x + long_table[start : start + L]  # (B, L, C)
+    return mha.w_q(y) @ mha.w_k(y).transpose(-2, -1)  # (B, L, L)
+
+
+def rotary_scores(start):
+    """Scores with the queries and keys turned by their positions."""
+    positions = torch.arange(start, start + L)  # (L,)
+    angles = rotary_angles(positions, C, dtype=torch.float64)  # (L, C/2)
+    q_rot = rotate_pairs(mha.w_q(x), angles)  # (B, L, C)
+    k_rot = rotate_pairs(mha.w_k(x), angles)  # (B, L, C)
+    return q_rot @ k_rot.transpose(-2, -1)  # (B, L, L)
+
+
+with torch.no_grad():
+    shift_gaps = {
+        "added": (added_scores(100) - added_scores(0)).abs().max().item(),
+        "rotary": (rotary_scores(100) - rotary_scores(0)).abs().max().item(),
+    }
+for way, moved_by in shift_gaps.items():
+    print(f"{way:6}: the scores move by up to {moved_by:.2e}")
+
+# %% tags=["check", "hide-input"]
+with exercise("4.9", prediction=True):
+    expect(prediction in ("both", "added", "rotary", "neither"),
+           f"prediction is {prediction!r}: choose one of \"both\", "
+           f"\"added\", \"rotary\" or \"neither\"")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    same = [way for way, gap in shift_gaps.items() if gap < 1e-9]
+    truth = "both" if len(same) == 2 else same[0] if same else "neither"
+    expect(prediction == truth,
+           f"the experiment says {truth!r} (the added scores moved by "
+           f"{shift_gaps['added']:.2g}, the rotary ones by "
+           f"{shift_gaps['rotary']:.1e}), not {prediction!r}",
+           hint="RoPE turns the query and the key after the projections, "
+           "and (M_-m q) . (M_-n k) = q . M_(m-n) k: only the offset is "
+           "left. Added positions enter before the projections: the "
+           "score holds cross terms such as x_m W^Q (W^K)^T PE_n that "
+           "depend on where the key sits, and PE_m W^Q (W^K)^T PE_n is "
+           "not, in general, a function of the offset, as the plain dot "
+           "product PE_m . PE_n of exercise 4.5 is")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 4.10: past the training length (2 points, written)
+#
+# A translation model is trained on sentences of at most 64 tokens,
+# once with learned position embeddings (`max_len=64`) and once with
+# the sinusoidal table. At test time it meets a sentence of 200 tokens.
+# In two to four sentences: what happens to each model at positions 64
+# to 199, and why does the sinusoidal one, whose formula gives a vector
+# for every position, still tend to fail there?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# The learned table has no row for position 64 or beyond: the model
+# cannot run on the sentence at all (the package's module refuses it),
+# and rows added for it would be untrained noise. The sinusoidal table
+# does give every position a vector, but the weights that read those
+# vectors were trained only on positions 0 to 63: the slow channels now
+# take values never met in training, and attention sees offsets larger
+# than any it learned from, so what the layers compute there is an
+# untested extrapolation, and in practice quality falls quickly past
+# the training length. The table extends; the weights that read it do
+# not.
+#
+# *Rubric (2 points).* 1 point: the learned table has no vector (or
+# only an untrained one) past `max_len`, so that model cannot handle
+# the new positions at all. 1 point: the sinusoidal vectors exist, but
+# the model was trained only on positions (or offsets) below 64, so
+# the new vectors, or their combinations, lie outside what its weights
+# learned to read; "the table extends, the weights do not" is enough.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 3

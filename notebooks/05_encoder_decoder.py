@@ -1308,7 +1308,8 @@ assert many_loss.item() > 1.05 * math.log(V)  # 1.10 or more in 20 seeds
 # %% [markdown]
 # ## Graded exercises
 #
-# Six exercises, each with a check that runs when you run its cell.
+# Nine exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1321,7 +1322,12 @@ import math
 import torch
 
 from transformer_lite import padding_mask, target_mask
-from transformer_lite.classroom import exercise, expect_close, expect_equal
+from transformer_lite.classroom import (
+    exercise,
+    expect,
+    expect_close,
+    expect_equal,
+)
 
 torch.manual_seed(5)  # the layers' initial weights
 gen = torch.Generator().manual_seed(5)  # the inputs
@@ -1614,6 +1620,167 @@ with exercise("5.6", twins=[make_model, Transformer.__init__,
                      "and the output weight, which keeps its own bias of "
                      "V; pre-LN adds a final LayerNorm to each "
                      "stack")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 5.7: predict, then run (1 point)
+#
+# Decide before you run the cell below it. The feed-forward network
+# holds two thirds of each encoder layer's parameters. What fraction of
+# the *whole* base model, `make_model(37_000, 37_000,
+# tie_embeddings=True)` ($N = 6$, $C = 512$, $d_{ff} = 2048$, one
+# shared vocabulary), sits in its twelve feed-forward networks, six in
+# the encoder and six in the decoder? Set `prediction` to a number
+# between 0 and 1; within 0.05 of the count earns the point.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 0.4
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: the base model, built on the `meta` device (shapes
+# only, no memory), its parameters counted by where they sit.
+
+# %%
+from transformer_lite import make_model
+
+with torch.device("meta"):
+    base = make_model(37_000, 37_000, tie_embeddings=True)
+shares = {"feed-forward": 0, "attention": 0, "LayerNorm": 0,
+          "embedding": 0}  # the shared matrix and the output bias
+for param_name, p in base.named_parameters():  # a shared tensor once
+    part = ("feed-forward" if ".feed_forward." in param_name else
+            "attention" if "attn." in param_name else
+            "LayerNorm" if ".norm" in param_name else
+            "embedding")  # fmt: skip
+    shares[part] += p.numel()
+n_base = sum(shares.values())
+for part, n in shares.items():
+    print(f"{part:12} {n:>11,}  {n / n_base:6.1%}")
+ff_share = shares["feed-forward"] / n_base
+
+# %% tags=["check", "hide-input"]
+with exercise("5.7", prediction=True):
+    expect(isinstance(prediction, (int, float))
+           and not isinstance(prediction, bool)
+           and 0 <= prediction <= 1,
+           f"prediction is {prediction!r}: give a number between 0 and "
+           f"1")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(abs(prediction - ff_share) <= 0.05,
+           f"the feed-forward networks hold {ff_share:.3f} of the base "
+           f"model, not {prediction!r}",
+           hint="the FFN is 8C^2 of an encoder layer's 12C^2 (two "
+           "thirds), but only 8C^2 of a decoder layer's 16C^2 (half: "
+           "two attentions), and the shared 37,000 x 512 embedding "
+           "alone holds 19 M of the 63 M: 25.2 M in the FFNs, about "
+           "0.40")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 5.8: predict, then run (1 point)
+#
+# Decide before you run the cell below it. A pre-LN stack lets the
+# residual stream grow, slowly, because each sublayer reads a
+# normalised copy of it. Now take the LayerNorms away altogether: a
+# 12-layer untrained encoder (the weights of `torch.manual_seed(5)`,
+# $C = 16$) whose sublayers are wrapped as $x \leftarrow x + f(x)$,
+# with nothing normalised. Its input has RMS about 1. By about what
+# factor is the RMS of the residual stream multiplied after the 12
+# layers? Set `prediction` to one of the strings `"1"`, `"3"`, `"12"`
+# or `"100+"` (a hundred or more).
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = "100+"
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: two pre-LN encoders with the same weights, one of
+# them with its LayerNorms replaced by `nn.Identity()`, and the RMS of
+# the residual stream after every layer of each.
+
+# %%
+from torch import nn
+
+stacks = {}
+for name in ("pre-LN", "no LayerNorm"):
+    torch.manual_seed(5)  # the same weights for both
+    stacks[name] = make_model(V, V, n_layers=12, d_model=C, d_ff=D_FF,
+                              n_heads=H, dropout=0.0,
+                              norm_first=True).encoder  # fmt: skip
+    stacks[name] = stacks[name].double().eval()
+for layer in stacks["no LayerNorm"].layers:
+    layer.norm1, layer.norm2 = nn.Identity(), nn.Identity()
+stream = torch.randn(2, 10, C, dtype=torch.float64,
+                     generator=torch.Generator().manual_seed(58))
+growth = {}
+for name, stack in stacks.items():
+    h, sizes = stream, [stream.pow(2).mean().sqrt().item()]
+    with torch.no_grad():
+        for layer in stack.layers:
+            h = layer(h)  # (B, L, C)
+            sizes.append(h.pow(2).mean().sqrt().item())
+    growth[name] = sizes[-1] / sizes[0]
+    print(f"{name:12}: RMS " + " ".join(f"{s:.3g}" for s in sizes[::3])
+          + f" (layers 0, 3, ..., 12); x{growth[name]:.1f}")
+
+# %% tags=["check", "hide-input"]
+with exercise("5.8", prediction=True):
+    expect(prediction in ("1", "3", "12", "100+"),
+           f"prediction is {prediction!r}: choose one of the strings "
+           f"\"1\", \"3\", \"12\" or \"100+\"")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    factor = growth["no LayerNorm"]
+    truth = ("100+" if factor >= 50 else "12" if factor >= 6 else
+             "3" if factor >= 1.7 else "1")  # fmt: skip
+    expect(prediction == truth,
+           f"the RMS was multiplied by {factor:.0f}, so the answer is "
+           f"{truth!r}, not {prediction!r}",
+           hint="without a LayerNorm each sublayer's output is about "
+           "proportional to its input (linear maps, a ReLU, attention's "
+           "average of values), so every layer multiplies the stream by "
+           "a factor, here about 1.5, and twelve factors compound to "
+           "more than a hundred. Pre-LN's sublayers read a normalised "
+           "copy, so each adds about the same amount and the stream "
+           "grows like sqrt(1 + k r^2); post-LN pins it to 1")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 5.9: one matrix, two scales (2 points, written)
+#
+# With `tie_embeddings=True` one matrix $E$ is both the embedding
+# table and the weight of the output layer, whose logits are
+# $h \cdot E[v] + b_v$ for the decoder's output $h$. The package starts
+# $E$ with small entries (RMS below 0.01 at the paper's sizes) and
+# multiplies the rows it looks up by $\sqrt{d_{model}}$. In two to four
+# sentences: why does the output layer want $E$'s entries small, and
+# why then must the embedding multiply its rows by $\sqrt{d_{model}}$
+# rather than start $E$ with entries of size 1?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# The decoder's output $h$ has entries of size about 1 (it comes out of
+# a LayerNorm), so a logit $h \cdot E[v]$ sums $C$ products and has
+# size about $\sqrt{C}$ times the RMS of $E$'s entries: entries of size
+# $1/\sqrt{C}$ or less give logits of size 1 or less and a soft first
+# softmax, while entries of size 1 would give logits of about
+# $\sqrt{512} \approx 23$ and a saturated, overconfident softmax at the
+# start of training. At the input, the same small rows would be a
+# whisper beside the positional encoding (RMS 0.71) added to them, so
+# the token's identity would drown under its position; multiplying by
+# $\sqrt{C} \approx 23$ brings the tokens up near the positions' scale
+# (level with them for entries of size $1/\sqrt{C}$, the paper's own
+# start) without touching the shared matrix the output layer reads.
+#
+# *Rubric (2 points).* 1 point: the output side, a logit is a sum of
+# $C$ products, so its size grows with $\sqrt{C}$ times the entries of
+# $E$; small entries keep the initial logits moderate (entries of 1
+# would make them about $\sqrt{C}$ and the softmax peaked). 1 point:
+# the input side, small token vectors would be swamped by the position
+# vectors (RMS about 0.7), and the factor $\sqrt{d_{model}}$ fixes that
+# at the input only, since one matrix cannot have two scales.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 2
