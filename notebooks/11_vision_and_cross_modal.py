@@ -1452,9 +1452,9 @@ with exercise("11.7", twins=[window_mask]):
 # reads numbers of three digits, images of $8 \times 24$ pixels, in
 # patches of $P = 2$. Halve the patch size to $P = 1$, a pixel per
 # token, and keep full attention (no window mask, no class token). By
-# what factor grows the number of attention scores that each head of
-# each layer computes? Set `prediction` to one of the numbers 2, 4, 8
-# or 16; then run the experiment and the check.
+# what factor does the number of attention scores that each head of
+# each layer computes grow? Set `prediction` to one of the numbers 2,
+# 4, 8 or 16; then run the experiment and the check.
 
 # %% tags=["solution", "prediction", "hide-input"]
 ### BEGIN SOLUTION
