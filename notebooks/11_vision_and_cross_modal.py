@@ -1055,7 +1055,8 @@ assert share >= 0.8, share
 # %% [markdown]
 # ## Graded exercises
 #
-# Seven exercises, each with a check that runs when you run its cell.
+# Nine exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1068,6 +1069,7 @@ import torch.nn.functional as F
 
 from transformer_lite.classroom import (
     exercise,
+    expect,
     expect_close,
     expect_equal,
     expect_raises,
@@ -1442,6 +1444,97 @@ with exercise("11.7", twins=[window_mask]):
                      hint="window k holds the patches with (row // h_w, "
                      "column // w_w) equal to k's place; number the "
                      "windows row by row")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 11.8: predict, then run (1 point)
+#
+# Decide before you run the cell below it. The image-to-text model
+# reads numbers of three digits, images of $8 \times 24$ pixels, in
+# patches of $P = 2$. Halve the patch size to $P = 1$, a pixel per
+# token, and keep full attention (no window mask, no class token). By
+# what factor does the number of attention scores that each head of
+# each layer computes grow? Set `prediction` to one of the numbers 2,
+# 4, 8 or 16; then run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 16
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: one image of a three-digit number, its patch tokens
+# for both patch sizes, and the attention weights of one
+# self-attention layer over them.
+
+# %%
+from transformer_lite import MultiHeadAttention
+from transformer_lite.vision import PatchEmbedding
+
+number = torch.rand(1, 1, 8, 24, generator=gen)  # (B, K, Hi, Wi)
+self_attention = MultiHeadAttention(16, 2, dropout=0.0)
+self_attention.keep_weights = True
+tokens_of, scores_of = {}, {}
+with torch.no_grad():
+    for P in (2, 1):
+        tokens = PatchEmbedding(P, 1, 16)(number)  # (B, N, C)
+        self_attention(tokens, tokens, tokens)  # weights (B, H, N, N)
+        tokens_of[P] = tokens.size(1)
+        scores_of[P] = self_attention.weights[0, 0].numel()  # one head's
+        print(f"P = {P}: {tokens_of[P]} tokens, {scores_of[P]:,} scores "
+              "per head")
+growth = scores_of[1] // scores_of[2]
+print(f"halving P: {tokens_of[1] // tokens_of[2]} times the tokens, "
+      f"{growth} times the scores")
+
+# %% tags=["check", "hide-input"]
+with exercise("11.8", prediction=True):
+    expect(prediction in (2, 4, 8, 16),
+           f"prediction is {prediction!r}: choose one of the numbers 2, "
+           "4, 8 or 16")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(prediction == growth,
+           f"the scores grew {growth} times, not {prediction!r} times",
+           hint="a patch of half the side has a quarter of the area, so "
+           "N = H_i W_i / P^2 grows 4 times; full attention scores every "
+           "pair of tokens, N^2 of them, which grow 4^2 = 16 times, and "
+           "so do the weights' memory and the products with the "
+           "keys")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 11.9: what a convolution knows (2 points, written)
+#
+# On the $8 \times 8$ digits a convolutional network reached 98% to 99%
+# in 15 epochs, and a ViT of about the same size 96% to 98% in 150. In
+# two to four sentences: what does a convolution know about images
+# before it is trained that the ViT must learn from the data, and what
+# would you expect of the gap between them with a hundred times more
+# training images, and why?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# A convolution combines only neighbouring pixels, with the same small
+# kernel at every place (locality and weight sharing), so a stroke is
+# recognised wherever it lies and shifts of the image shift its
+# features. The ViT's attention may mix any patch with any other from
+# its first layer, and which patches are neighbours it learns only
+# through its learned positions: that freedom has to be paid for with
+# examples. With a hundred times more images the gap should shrink,
+# and may reverse, because the ViT can learn the structure the data
+# shows while the convolution's assumptions help less and restrict it
+# more; the ViT paper found that ViTs trail CNNs when trained on
+# ImageNet alone and overtake them when pre-trained on tens to hundreds
+# of millions of images.
+#
+# *Rubric (2 points).* 1 point: names what the convolution builds in
+# and the ViT must learn: locality (small kernels, neighbours first)
+# or weight sharing across positions (translation equivariance), with
+# the ViT learning neighbourhood through its positions and attention.
+# 1 point: with more data the gap narrows or reverses, *because* the
+# ViT can learn from data what the convolution assumes (or because a
+# built-in assumption matters most when data are few). "The ViT is
+# bigger" or "it needs more epochs" without a reason earns nothing.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1

@@ -692,7 +692,8 @@ assert all(whole / 2 < b < whole for b in tensor_bytes)
 # %% [markdown]
 # ## Graded exercises
 #
-# Eight exercises, each with a check that runs when you run its cell.
+# Eleven exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1184,6 +1185,191 @@ with exercise("12.8", twins=[torch.chunk, torch.Tensor.chunk]):
                  [104, 104, 76],
                  hint="count the bytes of the parameters as they are: "
                  "element_size() is 4 in float32")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 12.9: predict, then run (1 point)
+#
+# Decide before you run the cell below it. It saves a small
+# translator's weights twice with `torch.save`: once in float32, and
+# once with every `nn.Linear` weight stored as int8 integers beside a
+# float32 scale per row, as exercise 12.1 quantises them; embeddings,
+# LayerNorms and biases stay float32. The translator has vocabularies
+# of 1,000 tokens on each side (not tied), $d_{model} = 64$,
+# $d_{ff} = 256$, and two layers in the encoder and two in the
+# decoder. By what factor is the int8 file smaller than the float32
+# one? Set `prediction` to whichever of the numbers 4, 3 or 2 is
+# nearest; then run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 2
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: the translator, its two files (in memory) and their
+# bytes. A file's size depends on its tensors' shapes and dtypes, not
+# on their values, so the untrained weights serve.
+
+# %%
+import io
+
+from transformer_lite.model import Transformer, TransformerConfig
+
+torch.manual_seed(12)
+small_translator = Transformer(TransformerConfig(
+    1000, 1000, n_layers=2, d_model=64, d_ff=256, n_heads=4))
+float_state = small_translator.state_dict()
+int8_state = dict(float_state)  # the linear weights replaced below
+for name, module in small_translator.named_modules():
+    if isinstance(module, nn.Linear):
+        w = module.weight.detach()  # (out, in)
+        s = w.abs().amax(dim=1) / 127  # (out,): one scale per row
+        fake = torch.fake_quantize_per_channel_affine(
+            w, s, torch.zeros(w.size(0), dtype=torch.int32), 0, -127, 127)
+        int8_state[f"{name}.weight"] = (fake / s[:, None]).round().to(
+            torch.int8)  # (out, in)
+        int8_state[f"{name}.scale"] = s
+file_bytes = {}
+for kind, state in (("float32", float_state), ("int8", int8_state)):
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    file_bytes[kind] = buffer.getbuffer().nbytes
+    print(f"{kind:8s} {file_bytes[kind]:>10,} bytes")
+shrink = file_bytes["float32"] / file_bytes["int8"]
+print(f"the int8 file is {shrink:.2f} times smaller")
+
+# %% tags=["check", "hide-input"]
+nearest = min((4, 3, 2), key=lambda factor: abs(factor - shrink))
+with exercise("12.9", prediction=True):
+    expect(prediction in (4, 3, 2),
+           f"prediction is {prediction!r}: choose one of the numbers 4, "
+           "3 or 2")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(prediction == nearest,
+           f"the file shrank {shrink:.2f} times, nearest {nearest}, not "
+           f"{prediction!r}",
+           hint="int8 makes the linear weights 4 times smaller, and only "
+           "those: the two embedding tables (2 x 1,000 x 64 numbers), the "
+           "biases and the LayerNorms stay float32, about 133,000 of the "
+           "model's 426,000 numbers, against 293,000 in linear weights; "
+           "4 x 426,000 bytes over 293,000 + 4 x 133,000 is about 2. A "
+           "small model with a large vocabulary shrinks least")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 12.10: predict, then run (1 point)
+#
+# Decide before you run the cell below it. The package's
+# `tensor_parallel` splits a translator over two processes as the
+# chapter's plan says: $W^Q$, $W^K$, $W^V$ and $W_1$ by columns, $W^O$
+# and $W_2$ by rows, in every attention and feed-forward block; the
+# embeddings, LayerNorms and output layer stay whole on each process.
+# The translator below has one encoder layer and one decoder layer.
+# How many all-reduces does one forward pass run? Set `prediction` to
+# a whole number; then run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 5
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: PyTorch's fake process group (from its test
+# utilities) stands in for two processes in this one. Its collectives
+# return at once, without a second process to add anything, so the
+# outputs are not the split model's; but every collective the engine
+# issues still goes through PyTorch's dispatcher, where a dispatch
+# mode counts them.
+
+# %%
+import collections
+
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from transformer_lite.model import Transformer, TransformerConfig
+from transformer_lite.shipping.parallel import tensor_parallel
+
+
+class CountCollectives(TorchDispatchMode):
+    """Counts the collectives (all-reduce, all-gather, ...) that run."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        namespace, op = func.name().split("::")
+        if namespace == "_c10d_functional" and not op.startswith("_"):
+            self.counts[op] += 1
+        return func(*args, **(kwargs or {}))
+
+
+dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+try:
+    torch.manual_seed(12)
+    split = Transformer(TransformerConfig(
+        50, 50, n_layers=1, d_model=16, d_ff=32, n_heads=2)).eval()
+    tensor_parallel(split, init_device_mesh("cpu", (2,)))
+    src = torch.randint(3, 50, (2, 5), generator=gen)  # (B, S)
+    tgt = torch.randint(3, 50, (2, 4), generator=gen)  # (B, T)
+    with torch.no_grad(), CountCollectives() as collectives:
+        split(src, tgt)  # (B, T, V)
+finally:
+    dist.destroy_process_group()
+all_reduces = collectives.counts["all_reduce"]
+print("collectives in one forward pass:", dict(collectives.counts))
+
+# %% tags=["check", "hide-input"]
+with exercise("12.10", prediction=True):
+    expect(isinstance(prediction, int) and prediction >= 0,
+           f"prediction is {prediction!r}: give a whole number, such as "
+           "3")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(prediction == all_reduces,
+           f"the forward pass ran {all_reduces} all-reduces, not "
+           f"{prediction!r}",
+           hint="one per block, after its row-parallel layer (W^O or "
+           "W_2): the column-parallel layers need none, since each process "
+           "computes whole heads or hidden units from the whole input. An "
+           "encoder layer has two blocks (self-attention, feed-forward), "
+           "a decoder layer three (with cross-attention): 2 + 3 = 5, "
+           "where the split linear layers number 16")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 12.11: why the loop stays outside (2 points, written)
+#
+# The chapter exported the translator as three graphs and left greedy
+# and beam search in Python, calling the step graph once for every
+# token. In two to four sentences: why could `torch.export` not take
+# `greedy_decode`, loop and all, as one graph, and what does exporting
+# one cached decoder step instead give the programs that run it?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# `torch.export` records the tensor operations of one run on example
+# inputs: a Python loop is unrolled to the number of steps that run
+# took, and a branch that reads a tensor's value is refused. Greedy
+# decoding stops when every sentence has emitted end-of-sequence, so
+# both its number of steps and its stopping test depend on the tokens
+# it produces, which no fixed graph can hold. One cached step, with the
+# keys and values of the positions so far as inputs and outputs and
+# dynamic batch and positions, is the same computation at every
+# position, so any loop outside the graph, in Python or in another
+# runtime, can call it as often as a sentence needs; greedy and beam
+# search share it, at the cost of a call, and the cache passing in and
+# out, for every token.
+#
+# *Rubric (2 points).* 1 point: the loop's length (or its stopping
+# test) depends on the generated tokens, and export unrolls loops to a
+# fixed count or refuses value-dependent control flow. 1 point: one step
+# graph serves every position (with the cache in and out, or dynamic
+# shapes), so any decoding loop (greedy, beam, any runtime) can drive
+# it; naming a cost of it (a call per token) is not required.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 5
