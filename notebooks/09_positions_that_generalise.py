@@ -1144,11 +1144,12 @@ for p in ("shaw", "alibi", "rope"):
 # %% [markdown]
 # ## Graded exercises
 #
-# Six exercises, each followed by a check that runs with its cell. In
-# the book the reference solutions are folded: try first, then open
-# them. The classroom edition (the teaching page) hands out the same
-# exercises without the solutions, and nbgrader scores them. The checks
-# compare in float64 with the package's own schemes.
+# Nine exercises, each followed by a check that runs with its cell,
+# save the last, which a teacher marks by hand. In the book the
+# reference solutions are folded: try first, then open them. The
+# classroom edition (the teaching page) hands out the same exercises
+# without the solutions, and nbgrader scores them. The checks compare
+# in float64 with the package's own schemes.
 
 # %% tags=["exercise-setup"]
 import math
@@ -1411,27 +1412,8 @@ def shaw_bias(query, table, query_positions, key_positions):
 
 
 # %% tags=["check"]
-from torch.overrides import TorchFunctionMode
-
+from transformer_lite.classroom import watch
 from transformer_lite.relative import ShawRelativeKeys
-
-
-class LargestWithAxis(TorchFunctionMode):
-    """While active: the shape of the largest tensor with an axis of
-    size ``D`` that a torch function returned (the answer's own)."""
-
-    def __init__(self, D):
-        super().__init__()
-        self.D, self.shape, self.size = D, None, 0
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            if (isinstance(t, torch.Tensor) and self.D in t.shape
-                    and t.numel() > self.size):  # fmt: skip
-                self.shape, self.size = tuple(t.shape), t.numel()
-        return out
-
 
 shaw = ShawRelativeKeys(16, max_distance=3).to(f64)
 with torch.no_grad():
@@ -1445,14 +1427,16 @@ no_gather = ("multiply each query with the 2k + 1 rows once (query @ "
              "not index the table with the (Lq, Lk) offsets")  # fmt: skip
 with exercise("9.4", twins=[ShawRelativeKeys.bias,
                             ShawRelativeKeys.clipped]):  # fmt: skip
-    with LargestWithAxis(16) as seen:
+    with watch() as seen:  # every shape the answer's torch calls made
         got = shaw_bias(query, table, query_positions, key_positions)
     expect_close("shaw_bias(query, table, 20..25, 0..25)", got, want,
                  hint="row clip(j - i, -k, k) + k of the table, with "
                  "j - i the key's position minus the query's; divide by "
                  "sqrt(D)")  # fmt: skip
-    expect(seen.size < 6 * 26 * 16,
-           f"shaw_bias built a tensor of shape {seen.shape}, at least as "
+    widest = max((s for s in seen.shapes if 16 in s), key=math.prod,
+                 default=())  # the largest tensor with an axis of D
+    expect(math.prod(widest) < 6 * 26 * 16,
+           f"shaw_bias built a tensor of shape {widest}, at least as "
            "large as an (Lq, Lk, D) = (6, 26, 16) one", hint=no_gather)
 
 # %% tags=["check"]
@@ -1465,13 +1449,15 @@ for i in range(6):
         want[..., i, j] = query[..., i, :] @ a / math.sqrt(16)
 with exercise("9.4", twins=[ShawRelativeKeys.bias,
                             ShawRelativeKeys.clipped]):  # fmt: skip
-    with LargestWithAxis(16) as seen:
+    with watch() as seen:
         got = shaw_bias(query, table, torch.arange(6), torch.arange(9))
     expect_close("shaw_bias with k = 1", got, want,
                  hint="k comes from the table: it has 2k + 1 rows; every "
                  "offset beyond k uses the last row, a_k")  # fmt: skip
-    expect(seen.size < 6 * 9 * 16,
-           f"shaw_bias built a tensor of shape {seen.shape}, at least as "
+    widest = max((s for s in seen.shapes if 16 in s), key=math.prod,
+                 default=())  # the largest tensor with an axis of D
+    expect(math.prod(widest) < 6 * 9 * 16,
+           f"shaw_bias built a tensor of shape {widest}, at least as "
            "large as an (Lq, Lk, D) = (6, 9, 16) one", hint=no_gather)
 
 # %% [markdown]
@@ -1637,6 +1623,137 @@ with exercise("9.6", twins=[
                      want[name][..., 4:, :],
                      hint="the queries are the last Lq positions, "
                      "Lk - Lq .. Lk - 1, not 0 .. Lq - 1")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 9.7: predict, then run: which rows learn? (1 point)
+#
+# Decide before you run the cell below it. A model with a learned
+# table of positions has room for 34 of them (the $4L$ symbols of the
+# longest test, BOS and EOS), but in training it only ever reads
+# sources of $L + 2 = 10$ tokens and targets of 3. The cell below runs
+# one backward pass of a batch like that. How many of the table's 34
+# rows get a gradient that is not zero? Set `prediction` to an integer
+# from 0 to 34; then run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 10
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: a small translator with `position="learned"`, a batch
+# of eight sources of 10 tokens, and the gradient of its loss.
+
+# %%
+import torch.nn.functional as F
+
+from transformer_lite import make_model
+
+torch.manual_seed(9)
+translator = make_model(20, 20, n_layers=1, d_model=16, d_ff=32,
+                        n_heads=2, dropout=0.0, max_len=34,
+                        position="learned")  # fmt: skip
+src = torch.randint(4, 20, (8, 10), generator=gen)  # (B, S), S = L + 2
+tgt = torch.randint(4, 20, (8, 3), generator=gen)  # (B, 3)
+logits = translator(src, tgt[:, :-1])  # (B, 2, V)
+F.cross_entropy(logits.transpose(1, 2), tgt[:, 1:]).backward()
+grad = translator.positional.embedding.weight.grad  # (34, C)
+rows_reached = int((grad.abs().sum(dim=1) > 0).sum())
+print(f"rows of the table with a gradient: {rows_reached} of "
+      f"{grad.size(0)}")
+
+# %% tags=["check", "hide-input"]
+with exercise("9.7", prediction=True):
+    expect(isinstance(prediction, int) and 0 <= prediction <= 34,
+           f"prediction is {prediction!r}: give an integer from 0 to "
+           "34")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(prediction == rows_reached,
+           f"{rows_reached} rows had a gradient, not {prediction}",
+           hint="row p of the table is only read where a token sits at "
+           "position p, and a row that is not read gets no gradient: "
+           "rows 10 to 33 stay at their random start, whatever the "
+           "training, and a test four times as long adds them to its "
+           "tokens")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 9.8: predict, then run: a distance of 200 (1 point)
+#
+# Decide before you run the cell below it. In a decoder's causal
+# self-attention, T5's bias has 32 buckets and `max_distance` 128. A
+# key sits 200 positions before its query (the offset $j - i$ is
+# $-200$). Which bucket does it fall in? Set `prediction` to an integer
+# from 0 to 31; then run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 31
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: the package's buckets of a few distances before the
+# query.
+
+# %%
+from transformer_lite.relative import t5_bucket
+
+distances = torch.tensor([100, 112, 113, 128, 200, 2000])
+far_buckets = t5_bucket(-distances, bidirectional=False)
+for d, b in zip(distances.tolist(), far_buckets.tolist(), strict=True):
+    print(f"distance {d:4d}: bucket {b}")
+bucket_of_200 = int(far_buckets[distances == 200])
+
+# %% tags=["check", "hide-input"]
+with exercise("9.8", prediction=True):
+    expect(isinstance(prediction, int) and 0 <= prediction <= 31,
+           f"prediction is {prediction!r}: give an integer from 0 to "
+           "31")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(prediction == bucket_of_200,
+           f"a distance of 200 falls in bucket {bucket_of_200}, not "
+           f"{prediction}",
+           hint="the bucket is capped at n - 1 = 31, and the logarithmic "
+           "scale rounds down, so the last bucket already starts at "
+           "distance 113: every key from 113 positions back on shares "
+           "one learned number, at 200 as at 2000. Far keys are not "
+           "told apart at all")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 9.9: a fair race (2 points, written)
+#
+# The experiment of this chapter gives model $k$ of every scheme the
+# same starting seed, `SEED + 10 + k`, the same training batches and
+# the same test sets, and trains three such models per scheme. In two
+# to four sentences: why share the seeds and the data between the
+# schemes, and why train three models rather than one? Name one
+# conclusion of this chapter that a single model per scheme could have
+# got wrong.
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# Sharing the seeds, the batches and the test sets makes the comparison
+# paired: two schemes then differ in their positions only, not in a
+# luckier start, easier batches or an easier test set, so a gap between
+# them is the scheme's. Several models per scheme show how much a
+# trained accuracy moves with the seed (and with the machine's
+# kernels): a difference smaller than that spread is noise, and a
+# claim has to hold for the worst model, not for one run. With one
+# model, the sinusoidal table's slow seed would have made it look as if
+# it could not learn the task even at the training length, and T5, the
+# least steady scheme, could have come out ahead of or behind the
+# others by luck.
+#
+# *Rubric (2 points).* 1 point: shared seeds and data remove the
+# differences that are not the scheme's (initialisation, batches, test
+# sequences), so the comparison is like for like. 1 point: several
+# seeds measure the spread of a trained result, so a ranking or a
+# claim is trusted only when it holds beyond that spread (or for the
+# worst seed), with an example of a conclusion one seed could reverse
+# (the slow sinusoidal seed, T5's variation, the order among the
+# relative schemes).
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1

@@ -1072,10 +1072,11 @@ assert repeat_xl > 0.95, repeat_xl
 # %% [markdown]
 # ## Graded exercises
 #
-# Eight exercises, each with a check that runs when you run its cell.
-# In the book the reference solutions are folded: try first, then
-# open them. The classroom edition (the teaching page) hands out the
-# same exercises with the solutions removed, and nbgrader scores them.
+# Eleven exercises, each with a check that runs when you run its
+# cell, save the last, which a teacher marks by hand. In the book the
+# reference solutions are folded: try first, then open them. The
+# classroom edition (the teaching page) hands out the same exercises
+# with the solutions removed, and nbgrader scores them.
 
 # %% tags=["exercise-setup"]
 import math
@@ -1478,6 +1479,152 @@ with exercise("10.8", after=["10.7"], twins=[
            "the output did not change when the memory did",
            hint="stop the gradient, not the values: the keys and values "
            "are [memory; h]")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 10.9: predict, then run: generating without a cache (1 point)
+#
+# Decide before you run the cell below it. Without a cache,
+# `generate(..., use_cache=False)` runs the model over the whole
+# sequence again at every step. Count its work, as the section on the
+# KV cache did, by the token positions the model embeds. From a prompt
+# of one token, generating 24 new tokens instead of 12 multiplies that
+# work by about how much? Set `prediction` to `2`, `4` or `8`; then run
+# the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 4
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: a small untrained model, a hook that counts the
+# positions it embeds, and both ways of generating.
+
+# %%
+from transformer_lite.lm import generate
+
+torch.manual_seed(10)
+small_lm = make_lm(V, n_layers=1, d_model=16, d_ff=32, n_heads=2,
+                   dropout=0.0)  # fmt: skip
+embedded = [0]  # token positions the model embedded
+
+
+def tally(module, args, output):
+    embedded[0] += args[0].numel()
+
+
+work = {}  # (new tokens, use_cache) -> positions embedded
+hook = small_lm.embed.register_forward_hook(tally)
+for use_cache in (False, True):
+    for n in (12, 24):
+        embedded[0] = 0
+        generate(small_lm, torch.tensor([[3]]), n, use_cache=use_cache,
+                 generator=torch.Generator().manual_seed(10))  # fmt: skip
+        work[n, use_cache] = embedded[0]
+hook.remove()
+growth = {c: work[24, c] / work[12, c] for c in (False, True)}
+print(f"without the cache: {work[12, False]} then {work[24, False]} "
+      f"positions ({growth[False]:.2f} times)")
+print(f"with the cache:    {work[12, True]} then {work[24, True]} "
+      f"positions ({growth[True]:.2f} times)")
+
+# %% tags=["check", "hide-input"]
+with exercise("10.9", prediction=True):
+    expect(prediction in (2, 4, 8),
+           f"prediction is {prediction!r}: choose 2, 4 or 8")
+    ### BEGIN HIDDEN TESTS
+    nearest = min((2, 4, 8), key=lambda c: abs(math.log(growth[False] / c)))
+    expect(prediction == nearest,
+           f"the work grew {growth[False]:.2f} times, about {nearest}, "
+           f"not {prediction}",
+           hint="step t reads all t tokens again, so n tokens cost "
+           "1 + 2 + ... + n = n(n + 1)/2 positions: twice the tokens, "
+           "about four times the work. With the cache a step reads "
+           "only its new token (the causal mask means a new token never "
+           "changes the keys and values of earlier positions, so they "
+           "can be kept): twice the tokens, twice the work")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 10.10: predict, then run: the size of a nucleus (1 point)
+#
+# Decide before you run the cell below it. A distribution over
+# $V = 1000$ tokens falls off like Zipf's law, $p_i \propto 1/i$: the
+# most likely token holds 13% of the probability, the tenth 1.3%. How
+# many tokens does top-$p$ with $p = 0.9$ keep: about 10, about 50 or
+# about 500? Set `prediction` to `10`, `50` or `500`; then run the
+# experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 500
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: the package's top-$p$ filter on the log-probabilities.
+
+# %%
+from transformer_lite.lm import top_p_filter
+
+zipf = 1 / torch.arange(1, 1001, dtype=torch.float64)  # (V,)
+zipf_probs = zipf / zipf.sum()
+nucleus_size = int((top_p_filter(zipf_probs.log(), 0.9) > -math.inf)
+                   .sum())  # fmt: skip
+print(f"the most likely token: {zipf_probs[0]:.3f}; top-p = 0.9 keeps "
+      f"{nucleus_size} tokens, which hold "
+      f"{zipf_probs[:nucleus_size].sum():.3f}")
+
+# %% tags=["check", "hide-input"]
+with exercise("10.10", prediction=True):
+    expect(prediction in (10, 50, 500),
+           f"prediction is {prediction!r}: choose 10, 50 or 500")
+    ### BEGIN HIDDEN TESTS
+    nearest = min((10, 50, 500),
+                  key=lambda c: abs(math.log(nucleus_size / c)))
+    expect(prediction == nearest,
+           f"top-p = 0.9 kept {nucleus_size} tokens, about {nearest}, "
+           f"not {prediction}",
+           hint="the ten most likely tokens hold only 39% of a Zipf "
+           "distribution: its long tail of unlikely tokens holds most "
+           "of the probability, and a nucleus of 0.9 must take in much "
+           "of it, here nearly half of the vocabulary. Top-p keeps few "
+           "tokens only where the model is sure; top-k = 10 would keep "
+           "ten whatever the shape")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 10.11: a memory and its positions (2 points, written)
+#
+# Transformer-XL's memory holds the hidden states of the previous
+# segment, and the package refuses a memory with absolute positions.
+# Suppose a model numbered the positions of each segment from 0, as an
+# absolute table would, and attended to its memory anyway. In two to
+# four sentences: what would go wrong, and why does RoPE not have the
+# problem?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# The memory's tokens were read at positions $0, \dots, T - 1$ of their
+# own segment, and the new segment's tokens get the same numbers, so a
+# token of the memory and one of the segment $T$ places apart carry
+# the same position, and the last memory token, just before the
+# segment, looks as if it came after most of it: the order the model
+# learnt to read is lost. Numbering on from segment to segment instead
+# would push the positions past any seen in training, the failure of
+# chapter 9. With RoPE a score depends on the positions only through
+# the offset $j - i$; the memory's keys are turned by positions placed
+# just before the segment's, so each offset is the true distance and
+# never larger than the $M + T$ keys of a step, offsets that training
+# met.
+#
+# *Rubric (2 points).* 1 point: with positions counted from each
+# segment's start, a memory token and a segment token get the same (or
+# a wrongly ordered) position, so the model cannot tell where the
+# memory sits; or, counting on across segments, positions grow past the
+# trained range. 1 point: RoPE's (any relative scheme's) score depends
+# only on $j - i$, which is right once the memory's keys are placed
+# before the segment, and stays within the offsets of training.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 4
