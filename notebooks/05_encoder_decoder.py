@@ -481,7 +481,7 @@ for norm_first, wiring in ((False, post_ln), (True, pre_ln)):
 # %%
 n_deep = 12
 x = torch.randn(8, 20, 128).to(device)  # (B, S, C), RMS about 1
-depth_rms = {}
+depth_rms, output_rms = {}, {}
 for norm_first in (False, True):
     seed_everything(SEED + 12)
     model = make_model(11, 11, n_layers=n_deep, d_model=128, d_ff=512,
@@ -495,6 +495,7 @@ for norm_first in (False, True):
         final = encoder(x)  # with the final norm, if the stack has one
     name = "pre-LN" if norm_first else "post-LN"
     depth_rms[name] = sizes
+    output_rms[name] = rms(final)
     print(f"{name:7}: RMS after layer 12 = {sizes[-1]:.2f}, "
           f"stack output = {rms(final):.2f}, final norm: {encoder.norm}")
 
@@ -513,6 +514,10 @@ plt.show()
 post, pre = depth_rms["post-LN"], depth_rms["pre-LN"]
 assert all(abs(s - 1) < 1e-3 for s in post[1:])
 assert pre[n_deep // 2] > 1.5 * pre[0] and pre[-1] > 1.2 * pre[n_deep // 2]
+# With gamma = 1, beta = 0 a row of variance s^2 leaves LayerNorm with
+# mean 0 and variance s^2 / (s^2 + eps): its RMS is within eps / (2 s^2)
+# of 1, under 5e-6 for the grown stream (s^2 > 1); 1e-4 allows rounding.
+assert abs(output_rms["pre-LN"] - 1) < 1e-4
 assert Encoder(1, 8, 2, 8, norm_first=False).norm is None
 assert isinstance(Encoder(1, 8, 2, 8, norm_first=True).norm, nn.LayerNorm)
 assert isinstance(Decoder(1, 8, 2, 8, norm_first=True).norm, nn.LayerNorm)
@@ -1369,8 +1374,8 @@ with torch.no_grad(), exercise("5.1", twins=[FeedForward.forward]):
                               ffn.w_2.weight.T, ffn.w_2.bias),
                  ffn(x_src),
                  hint="the ReLU acts on the hidden layer x W_1 + b_1 "
-                 "(bias included), and the output layer has "
-                 "none")  # fmt: skip
+                 "(bias included); the output layer x W_2 + b_2 has "
+                 "no ReLU")  # fmt: skip
 
 # %% [markdown]
 # ### Exercise 5.2: LayerNorm (2 points)

@@ -1367,9 +1367,9 @@ if device.type == "cpu":
 # shard the optimizer state, gradients and weights across the data-parallel
 # devices and gather each layer only while it runs. **Tensor parallelism**
 # (Megatron-LM {cite:p}`shoeybi2019megatron`) splits each weight matrix:
-# attention
-# heads, and the columns then rows of the feed-forward network, go to different
-# devices, with one all-reduce per sublayer; it needs fast links between the
+# attention heads, and the columns then rows of the feed-forward network,
+# go to different devices, with one all-reduce per block in the forward
+# pass and another in the backward; it needs fast links between the
 # devices. **Pipeline parallelism** (GPipe
 # {cite:p}`huang2019gpipe`) gives each
 # device a range of layers and keeps them all busy by streaming micro-batches

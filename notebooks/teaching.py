@@ -44,17 +44,28 @@ import pandas as pd
 
 from transformer_lite.classroom import syllabus
 
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
-def graded_exercises(path: Path) -> int:
-    """The chapter's graded exercises: its cells tagged "solution"."""
-    cells = jupytext.read(path).cells
-    return sum("solution" in c.metadata.get("tags", []) for c in cells)
+
+def solution_lines(path: Path) -> list[int]:
+    """The non-blank lines of each graded exercise's reference solution:
+    its cell tagged "solution", between each pair of solution markers
+    (a cell with two or three functions has a pair in each)."""
+    lines = []
+    for cell in jupytext.read(path).cells:
+        if "solution" in cell.metadata.get("tags", []):
+            bodies = [part.split(END, 1)[0]
+                      for part in cell.source.split(BEGIN)[1:]]  # fmt: skip
+            lines.append(sum(1 for body in bodies
+                             for x in body.splitlines() if x.strip()))
+    return lines
 
 
 chapters = syllabus()
-exercises = {int(p.name[:2]): graded_exercises(p)
+solutions = {int(p.name[:2]): solution_lines(p)
              for p in sorted(Path().glob("[0-9][0-9]_*.py"))
              if int(p.name[:2]) in chapters}  # fmt: skip
+exercises = {n: len(lines) for n, lines in solutions.items()}
 table = pd.DataFrame(
     {
         "objectives": [len(c.objectives) for c in chapters.values()],
@@ -63,11 +74,17 @@ table = pd.DataFrame(
         "reading (min)": [c.reading_minutes for c in chapters.values()],
         "running (s)": [c.running_seconds for c in chapters.values()],
         "graded exercises": [exercises[n] for n in chapters],
+        "longest solution (lines)": [max(solutions[n]) for n in chapters],
     },
     index=pd.Index(list(chapters), name="chapter"),
 )
 assert all(3 <= n <= 5 for n in table["objectives"])
 assert all(n >= 5 for n in table["graded exercises"])
+lengths = sorted(x for lines in solutions.values() for x in lines)
+assert lengths[0] == 1 and lengths[-1] == 31  # as the text says
+assert solutions[7][1] == 31  # chapter 7's byte-pair encoding
+assert solutions[7][-1] == 19  # and its beam search
+assert sum(x <= 5 for x in lengths) >= len(lengths) / 2  # "half"
 table
 
 # %% [markdown]
@@ -76,10 +93,15 @@ table
 # A **session** is a lecture (the chapter's text, with its figures
 # shown live), then a lab: the students run the chapter, change what
 # its "Exercises" section suggests, and then do its graded exercises.
-# The lecture time is the reading time; the lab time adds the running
-# time to about ten minutes per graded exercise. The graded work is the
-# assignments of the chapters covered, handed in at the end of each
-# day.
+# The lecture time is the reading time. The lab time adds to the running
+# time an estimate for each graded exercise from its length: **5 minutes
+# plus 1 minute per line of its reference solution** (5 to read the
+# statement and the check, then a minute a line to write and debug), so
+# a two-line exercise gets 7 minutes and the longest, chapter 7's
+# byte-pair encoding, 36. The
+# graded work is the assignments of the chapters covered, handed in at
+# the end of each day. The last column adds lecture and lab: the
+# minutes the day holds.
 
 # %% tags=["remove-input"]
 ONE_WEEK = [  # (day, chapters)
@@ -101,7 +123,13 @@ TWO_WEEKS = [
     ("Thu", [10]),
     ("Fri", [11, 12]),
 ]
-LAB_MINUTES_PER_EXERCISE = 10
+MINUTES_PER_EXERCISE = 5  # to read the statement and its check
+MINUTES_PER_SOLUTION_LINE = 1  # to write and debug each line
+
+
+def exercise_minutes(lines: int) -> int:
+    """The lab time of a graded exercise whose solution has ``lines``."""
+    return MINUTES_PER_EXERCISE + MINUTES_PER_SOLUTION_LINE * lines
 
 
 def plan(days: list[tuple[str, list[int]]]) -> pd.DataFrame:
@@ -109,13 +137,16 @@ def plan(days: list[tuple[str, list[int]]]) -> pd.DataFrame:
     for day, numbers in days:
         lecture = sum(chapters[n].reading_minutes for n in numbers)
         run = sum(chapters[n].running_seconds for n in numbers) / 60
-        graded = sum(exercises[n] for n in numbers)
+        work = sum(exercise_minutes(lines) for n in numbers
+                   for lines in solutions[n])  # fmt: skip
+        lab = round(run + work)
         rows.append({
             "day": day,
             "chapters": ", ".join(map(str, numbers)),
             "lecture (min)": lecture,
-            "lab (min)": round(run + LAB_MINUTES_PER_EXERCISE * graded),
-            "graded work": f"{graded} exercises",
+            "lab (min)": lab,
+            "graded work": f"{sum(exercises[n] for n in numbers)} exercises",
+            "day (min)": lecture + lab,
         })  # fmt: skip
     return pd.DataFrame(rows).set_index("day")
 
@@ -123,8 +154,12 @@ def plan(days: list[tuple[str, list[int]]]) -> pd.DataFrame:
 one, two = plan(ONE_WEEK), plan(TWO_WEEKS)
 for days in (ONE_WEEK, TWO_WEEKS):  # every chapter, once, in order
     assert [n for _, numbers in days for n in numbers] == sorted(chapters)
-assert one["lecture (min)"].between(60, 135).all()  # as the text says
-assert one["lab (min)"].between(105, 255).all()
+# as the text below says, in hours
+assert one["lecture (min)"].between(60, 135).all()  # 1 to 2 1/4
+assert one["lab (min)"].between(90, 240).all()  # 1 1/2 to 4
+assert one["day (min)"].between(150, 390).all()  # 2 1/2 to 6 1/2
+assert two["day (min)"].between(60, 300).all()  # 1 to 5
+assert exercise_minutes(2) == 7 and exercise_minutes(max(lengths)) == 36
 
 # %% [markdown]
 # ### One week: five days
@@ -139,26 +174,28 @@ one
 two
 
 # %% [markdown]
-# The one-week plan is dense: its days hold one to two and a quarter
-# hours of lecture and roughly two to four hours of lab, which suits a
-# summer school or a company course where the students do nothing else.
-# Chapters 7 and 9 to 12 are the heavy ones to run (they train models
-# for minutes), so start them at the beginning of the lab. The two-week
-# plan gives one chapter a day for the first week, the foundations
-# (attention to the full stack), and lets the second week go deeper into
-# training, speed and the three applications. In either plan a final
-# project fits well: take chapter 7's translator to a new pair of
-# languages of numbers, or chapter 10's model to a new corpus, and
+# The one-week plan is dense: its days hold one to two and a quarter hours of
+# lecture and one and a half to four hours of lab, two and a half to six and a
+# half hours in all, which suits a summer school or a company course where the
+# students do nothing else. Chapters 7 and 9 to 12 are the heavy ones to run
+# (they train models for minutes), so start them at the beginning of the lab.
+# The two-week plan, one to five hours a day, gives one chapter a day for the
+# first week, the foundations (attention to the full stack), and lets the
+# second week go deeper into training, speed and the three applications. In
+# either plan a final project fits well: take chapter 7's translator to a new
+# pair of languages of numbers, or chapter 10's model to a new corpus, and
 # report by slice.
 #
 # ## The graded exercises
 #
-# Every chapter ends with **graded exercises**: at least five, from a
-# one-line function to a small project (a masked softmax, a head split,
-# RoPE, a beam-search step, attention in chunks). Each has a reference
-# solution, folded in the book, and one or more checks whose failure
-# says what is wrong: the shape, a NaN, the largest difference and
-# where, and a hint about the likely mistake. The exercises are written
+# Every chapter ends with **graded exercises**: at least five, each one to
+# three short functions (a masked softmax, a head split, RoPE, a beam-search
+# step, attention in chunks). Their reference solutions run from one line to 31
+# (chapter 7's byte-pair encoding, three functions; its beam search, in one,
+# has 19), and half of them are five lines or fewer: exercises, not projects.
+# Each has a reference solution, folded in the book, and one or more checks
+# whose failure says what is wrong: the shape, a NaN, the largest difference
+# and where, and a hint about the likely mistake. The exercises are written
 # once, in the chapter; `make assignments` cuts them out into one
 # assignment per chapter and asks [nbgrader](https://nbgrader.readthedocs.io)
 # for the student edition, with every solution replaced by a stub:
@@ -177,7 +214,8 @@ two
 #
 # ### On a JupyterHub
 #
-# nbgrader is the grading tool most university JupyterHubs already run.
+# nbgrader is Project Jupyter's own tool for grading notebooks, with an
+# extension that hands assignments out and collects them on a JupyterHub.
 # Install the book's requirements (they pin nbgrader with the rest of
 # the Jupyter stack) and the package in the hub's user image, then, in
 # the course directory `_build/classroom`:

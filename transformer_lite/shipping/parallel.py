@@ -1,17 +1,22 @@
 """Split one model across processes (chapter 12): tensor parallelism
 and fully-sharded data parallelism (FSDP2), with PyTorch's own engine.
 
-Tensor parallel (Megatron-LM's split): in every attention block W^Q,
-W^K and W^V are split by columns, so each process computes whole heads
-of its own; W^O is split by rows, and one all-reduce sums the processes'
-partial outputs. The feed-forward block likewise: W_1 by columns (each
-process holds a slice of the d_ff hidden units), W_2 by rows, one
-all-reduce. Embeddings, LayerNorms and the output projection stay whole
-on every process.
+Tensor parallel (Megatron-LM's split of the blocks): in every attention
+block W^Q, W^K and W^V are split by columns, so each process computes
+whole heads of its own; W^O is split by rows, and one all-reduce sums
+the processes' partial outputs. The feed-forward block likewise: W_1 by
+columns (each process holds a slice of the d_ff hidden units), W_2 by
+rows, one all-reduce. That is one all-reduce per block in the forward
+pass; the backward pass needs one more, summing the partial gradients
+of the block's input (Megatron's f and g). Megatron-LM also splits the
+embeddings and the output projection along the vocabulary; here they
+stay whole on every process, as do the LayerNorms.
 
-Fully sharded: each process holds 1/N of every parameter, gathers a
-layer's full weights just before using them and frees them after; the
-gradients are reduce-scattered back to the shards.
+Fully sharded: each process holds 1/N of every parameter, the root
+unit's (embeddings, final norms, output projection) included, gathers a
+unit's full weights just before using them (FSDP2 prefetches the next
+unit's) and frees them after; the gradients are reduce-scattered back
+to the shards.
 
 :func:`spawn` starts the processes (gloo, on the CPU) from Python.
 """
