@@ -1161,15 +1161,15 @@ with exercise("1.6", prediction=True):
 # %% [markdown]
 # ### Exercise 1.7: predict, then run (1 point)
 #
-# Decide before you run the cell below it. Your `chunked_attention`
-# of exercise 1.5 scores 32 query rows at a time, so it never holds the
-# whole $(L, L)$ matrix. Double the length $L$ from 256 to 512. By what
-# factor grows (a) the largest block of weights it holds at once, and
-# (b) the work: the number of query-key scores it computes in all
-# (each a dot product of $d_k$ multiply-adds, and as many again to
-# weigh the values)? Set `prediction` to a pair of factors,
-# `(memory, work)`, each one of 1, 2, 4 or 8; then run the experiment
-# and the check.
+# Decide before you run the cell below it. Score the queries 32 rows
+# at a time, as your `chunked_attention` of exercise 1.5 does with
+# `chunk = 32`, so that the whole $(L, L)$ matrix never exists at once.
+# Double the length $L$ from 256 to 512. By what factor grows (a) the
+# largest block of weights held at once, and (b) the work: the number
+# of query-key scores computed in all (each a dot product of $d_k$
+# multiply-adds, and as many again to weigh the values)? Set
+# `prediction` to a pair of factors, `(memory, work)`, each one of 1,
+# 2, 4 or 8; then run the experiment and the check.
 
 # %% tags=["solution", "prediction", "hide-input"]
 ### BEGIN SOLUTION
