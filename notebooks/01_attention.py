@@ -849,7 +849,8 @@ else:
 # %% [markdown]
 # ## Graded exercises
 #
-# Five exercises, each with a check that runs when you run its cell.
+# Eight exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1066,6 +1067,164 @@ with exercise("1.5", after=["1.3"], twins=[
     expect(chunked_attention(Ql, Kl, Vl, 64).shape == (2, 50, 8),
            "a chunk longer than the sequence should give the whole "
            "output in one piece")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 1.6: predict, then run (1 point)
+#
+# Decide before you run the cell below it. Take a sequence $x$ of six
+# positions and shuffle its positions. In **self-attention**
+# ($Q = K = V = x$) the shuffle reaches the queries, the keys and the
+# values alike. In **cross-attention** the queries come from another
+# sequence $y$, which stays as it is, and only the keys and values
+# (both $x$) are shuffled, together. For each, what happens to the
+# output: `"unchanged"` (the same rows in the same order),
+# `"permuted"` (the same rows, shuffled as $x$ was) or `"different"`
+# (new numbers)? Set `prediction` to a pair, `(self, cross)`, for
+# example `("different", "permuted")`; then run the experiment and the
+# check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = ("permuted", "unchanged")
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: six source positions, four target positions, one
+# shuffle, in float64.
+
+# %%
+from transformer_lite import scaled_dot_product_attention
+
+g = torch.Generator().manual_seed(16)
+x = torch.randn(6, 8, generator=g, dtype=torch.float64)  # (L, D)
+y = torch.randn(4, 8, generator=g, dtype=torch.float64)  # (T, D)
+shuffle = torch.tensor([3, 5, 0, 1, 4, 2])
+xs = x[shuffle]  # (L, D), the positions of x shuffled
+
+
+def what_happened(before, after):
+    """How `after` relates to `before`: the same, shuffled, or new."""
+    if torch.allclose(after, before):
+        return "unchanged"
+    if before.shape[0] == len(shuffle) and torch.allclose(
+        after, before[shuffle]
+    ):
+        return "permuted"
+    return "different"
+
+
+self_before, _ = scaled_dot_product_attention(x, x, x)  # (L, D)
+self_after, _ = scaled_dot_product_attention(xs, xs, xs)  # (L, D)
+cross_before, _ = scaled_dot_product_attention(y, x, x)  # (T, D)
+cross_after, _ = scaled_dot_product_attention(y, xs, xs)  # (T, D)
+outcome = (what_happened(self_before, self_after),
+           what_happened(cross_before, cross_after))  # fmt: skip
+print("self-attention: ", outcome[0])
+print("cross-attention:", outcome[1])
+
+# %% tags=["check", "hide-input"]
+choices = ("unchanged", "permuted", "different")
+with exercise("1.6", prediction=True):
+    expect(isinstance(prediction, (tuple, list)) and len(prediction) == 2
+           and all(p in choices for p in prediction),
+           f"prediction is {prediction!r}: give a pair (self, cross), "
+           f"each one of \"unchanged\", \"permuted\" or "
+           f"\"different\"")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(tuple(prediction) == outcome,
+           f"self-attention came out {outcome[0]!r} and cross-attention "
+           f"{outcome[1]!r}, not {tuple(prediction)!r}",
+           hint="a query's output is a weighted sum over the (key, value) "
+           "pairs, and a sum does not care about their order: shuffling "
+           "only the keys and values changes nothing. In self-attention "
+           "the queries are shuffled too, and each output row follows "
+           "its query")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 1.7: predict, then run (1 point)
+#
+# Decide before you run the cell below it. Score the queries 32 rows
+# at a time, as your `chunked_attention` of exercise 1.5 does with
+# `chunk = 32`, so that the whole $(L, L)$ matrix never exists at once.
+# Double the length $L$ from 256 to 512. By what factor grows (a) the
+# largest block of weights held at once, and (b) the work: the number
+# of query-key scores computed in all (each a dot product of $d_k$
+# multiply-adds, and as many again to weigh the values)? Set
+# `prediction` to a pair of factors, `(memory, work)`, each one of 1,
+# 2, 4 or 8; then run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = (2, 4)
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: attention 32 query rows at a time, with the package's
+# function on each block, reading the size of the weights each call
+# returns.
+
+# %%
+def chunked_cost(L, chunk=32, d_k=16):
+    """The largest (chunk, L) block of weights, and all scores made."""
+    q, k, v = torch.randn(3, L, d_k, generator=g)  # (L, D) each
+    largest = made = 0
+    for i in range(0, L, chunk):
+        _, w = scaled_dot_product_attention(q[i : i + chunk], k, v)
+        largest = max(largest, w.numel())  # w: (chunk, L)
+        made += w.numel()
+    return largest, made
+
+
+memory_256, work_256 = chunked_cost(256)
+memory_512, work_512 = chunked_cost(512)
+growth = (memory_512 / memory_256, work_512 / work_256)
+print(f"largest block:  {memory_256:,} -> {memory_512:,} weights")
+print(f"scores made:    {work_256:,} -> {work_512:,}")
+print(f"growth: memory x{growth[0]:g}, work x{growth[1]:g}")
+
+# %% tags=["check", "hide-input"]
+with exercise("1.7", prediction=True):
+    expect(isinstance(prediction, (tuple, list)) and len(prediction) == 2
+           and all(p in (1, 2, 4, 8) for p in prediction),
+           f"prediction is {prediction!r}: give a pair (memory, work), "
+           f"each one of 1, 2, 4 or 8")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(tuple(prediction) == growth,
+           f"the largest block grew x{growth[0]:g} and the work "
+           f"x{growth[1]:g}, not {tuple(prediction)!r}",
+           hint="a block is (chunk, L): its size grows with L alone. But "
+           "every query is still scored against every key, L^2 scores "
+           "in all: chunking bounds the memory, not the work")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 1.8: $d_k$ or $\sqrt{d_k}$? (2 points, written)
+#
+# To be safe, a classmate divides the scores by $d_k$ instead of
+# $\sqrt{d_k}$. In two to four sentences: what is then the variance of
+# a score for random unit-variance queries and keys with $d_k = 64$,
+# what does the softmax of a freshly initialised model do with such
+# scores, and why is $\sqrt{d_k}$ the right factor?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# The dot product $q \cdot k$ has variance $d_k$, so $q \cdot k / d_k$
+# has variance $d_k / d_k^2 = 1/d_k$: $1/64$, a standard deviation of
+# $1/8$. Scores that close to zero give an almost uniform softmax, every
+# weight near $1/L_k$, so every query returns nearly the mean of the
+# values whatever it asks (the opposite failure of the saturated
+# softmax), and the wider the head, the flatter it gets. Dividing by
+# $\sqrt{d_k}$ is the one factor that brings the variance back to 1
+# for every $d_k$, so the same initialisation works at any width.
+#
+# *Rubric (2 points).* 1 point: the variance becomes $1/d_k$ ($1/64$,
+# or a standard deviation of $1/8$), shrinking as $d_k$ grows. 1 point:
+# the softmax is then close to uniform (each output close to the mean
+# of the values, the model starts unable to pick a key), with
+# $\sqrt{d_k}$ named as the factor that keeps the variance at 1 for
+# any $d_k$; "it blurs the attention" with the reason earns the point.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1

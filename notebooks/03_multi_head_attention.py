@@ -991,7 +991,8 @@ else:
 # %% [markdown]
 # ## Graded exercises
 #
-# Six exercises, each with a check that runs when you run its cell.
+# Eight exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1318,6 +1319,96 @@ with exercise("3.6"):
            "shuffle_heads should return a new module",
            hint="copy.deepcopy(mha), then reorder the copy's "
            "weights")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 3.7: predict, then run (1 point)
+#
+# Decide before you run the cell below it. Exercise 3.4 showed that
+# the parameters and the FLOPs of the matrix products do not depend on
+# the number of heads. Now take a self-attention block of width
+# $C = 64$ on one sequence of $L = 128$ positions, and go from $H = 1$
+# head of $D = 64$ to $H = 8$ heads of $D = 8$. How many attention
+# weights does the block form (the (B, H, L, L) tensor it keeps with
+# `keep_weights = True`)? Set `prediction` to one of the strings
+# `"an eighth"`, `"the same"` or `"8 times as many"`; then run the
+# experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = "8 times as many"
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: the same input through a block of one head and a
+# block of eight, counting parameters, FLOPs and weights.
+
+# %%
+x_long = torch.randn(1, 128, 64, generator=gen)  # (B, L, C)
+cost = {}
+for n_heads in (1, 8):
+    block = MultiHeadAttention(64, n_heads, dropout=0.0)
+    block.keep_weights = True
+    with FlopCounterMode(display=False) as counter:
+        block(x_long, x_long, x_long)
+    cost[n_heads] = (sum(p.numel() for p in block.parameters()),
+                     counter.get_total_flops(),
+                     block.weights.numel())  # fmt: skip
+print("  H  parameters      FLOPs   weights")
+for n_heads, (n_p, n_f, n_w) in cost.items():
+    print(f"{n_heads:3d} {n_p:11,} {n_f:10,} {n_w:9,}")
+weights_ratio = cost[8][2] / cost[1][2]
+answer = {1 / 8: "an eighth", 1.0: "the same", 8.0: "8 times as many"}
+outcome = answer.get(weights_ratio, f"x{weights_ratio:g}")
+print("the weights of 8 heads, against one:", outcome)
+
+# %% tags=["check", "hide-input"]
+with exercise("3.7", prediction=True):
+    expect(prediction in ("an eighth", "the same", "8 times as many"),
+           f"prediction is {prediction!r}: choose one of \"an eighth\", "
+           f"\"the same\" or \"8 times as many\"")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(prediction == outcome,
+           f"eight heads formed {cost[8][2]:,} weights and one head "
+           f"{cost[1][2]:,} ({outcome}), not {prediction!r}",
+           hint="the heads split the width C, not the sequence: each "
+           "head has its own (L, L) table of weights, however narrow it "
+           "is, so the weights (their memory, masking and softmax) grow "
+           "with H while the parameters and the products stay "
+           "put")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 3.8: rows or columns? (2 points, written)
+#
+# In the paper's notation ($xW$) head $i$ owns a *column* block of
+# $W^Q$, $W^K$ and $W^V$, but a *row* block of $W^O$. In two to four
+# sentences: why is head $i$'s part of $W^O$ a block of rows (write
+# $\mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O$ as a
+# sum over the heads), and where are the two blocks in the `weight` of
+# the package's `nn.Linear` layers `w_q` and `w_o`?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# Column $j$ of $xW^Q$ is $x$ times column $j$ of $W^Q$, so the $D$
+# features of head $i$, columns $iD, \dots, (i+1)D - 1$ of the
+# projection, come from those columns of $W^Q$. $W^O$ works the other
+# way round: row $j$ of $W^O$ multiplies feature $j$ of the
+# concatenation, and features $iD, \dots, (i+1)D - 1$ are head $i$'s
+# output, so $\mathrm{Concat}(\mathrm{head}_1, \dots,
+# \mathrm{head}_h)\, W^O = \sum_i \mathrm{head}_i W^O_i$ with $W^O_i$
+# the $i$-th block of $D$ rows. `nn.Linear` stores the transpose,
+# (out, in), so in code the blocks swap: head $i$ owns rows $iD, \dots,
+# (i+1)D - 1$ of `w_q.weight` and the same columns of `w_o.weight`.
+#
+# *Rubric (2 points).* 1 point: $W^O$'s rows multiply the input
+# features of the concatenation, of which head $i$'s are a block, so
+# the output is a sum of one product per head ($\sum_i
+# \mathrm{head}_i W^O_i$, or the same said in words). 1 point: because
+# `nn.Linear` keeps the weight as (out, in), the transpose of the
+# paper's matrix, head $i$ is a row block of `w_q.weight` and a column
+# block of `w_o.weight`; the indices $iD$ to $(i+1)D - 1$ are not
+# needed for the point.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1
