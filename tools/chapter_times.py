@@ -3,7 +3,8 @@
 
 * reading: the chapter's source, at 200 words of prose and 20 lines of
   code a minute (markdown cells are prose; cells the book removes and
-  the planted answers are not counted);
+  the planted answers and the written questions' model answers are
+  not counted);
 * running: the seconds nbval took for the chapter, summed over its
   cells, from the JUnit report ``make nbval`` writes
   (``_build/nbval-junit.xml``), where each chapter ran whole on one CPU
@@ -33,7 +34,7 @@ NOTEBOOKS = ROOT / "notebooks"
 TIMINGS = ROOT / "transformer_lite" / "classroom" / "timings.json"
 REPORT = ROOT / "_build" / "nbval-junit.xml"
 WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE = 200, 20
-HIDDEN = {"remove-cell", "planted"}
+HIDDEN = {"remove-cell", "planted", "written"}  # written: the model answers
 
 
 def reading_minutes(path: Path) -> int:
