@@ -47,25 +47,38 @@ from transformer_lite.classroom import syllabus
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
 
-def solution_lines(path: Path) -> list[int]:
-    """The non-blank lines of each graded exercise's reference solution:
-    its cell tagged "solution", between each pair of solution markers
-    (a cell with two or three functions has a pair in each)."""
-    lines = []
+def points(cell) -> int:
+    """A graded cell's points: its points-N tag, or 1."""
+    tags = cell.metadata.get("tags", [])
+    return next((int(t[7:]) for t in tags if t.startswith("points-")), 1)
+
+
+def graded_work(path: Path) -> tuple[list[int], list[int]]:
+    """The chapter's graded exercises: the non-blank lines of each one's
+    reference solution (its cell tagged "solution", between each pair
+    of solution markers: a cell with two or three functions has a pair
+    in each), and the points of each written question (its answer cell
+    tagged "written")."""
+    lines, written = [], []
     for cell in jupytext.read(path).cells:
-        if "solution" in cell.metadata.get("tags", []):
+        tags = cell.metadata.get("tags", [])
+        if "solution" in tags:
             bodies = [part.split(END, 1)[0]
                       for part in cell.source.split(BEGIN)[1:]]  # fmt: skip
             lines.append(sum(1 for body in bodies
                              for x in body.splitlines() if x.strip()))
-    return lines
+        elif "written" in tags:
+            written.append(points(cell))
+    return lines, written
 
 
 chapters = syllabus()
-solutions = {int(p.name[:2]): solution_lines(p)
-             for p in sorted(Path().glob("[0-9][0-9]_*.py"))
-             if int(p.name[:2]) in chapters}  # fmt: skip
-exercises = {n: len(lines) for n, lines in solutions.items()}
+work = {int(p.name[:2]): graded_work(p)
+        for p in sorted(Path().glob("[0-9][0-9]_*.py"))
+        if int(p.name[:2]) in chapters}  # fmt: skip
+solutions = {n: lines for n, (lines, _) in work.items()}
+written = {n: marks for n, (_, marks) in work.items()}
+exercises = {n: len(solutions[n]) + len(written[n]) for n in work}
 table = pd.DataFrame(
     {
         "objectives": [len(c.objectives) for c in chapters.values()],
@@ -74,16 +87,18 @@ table = pd.DataFrame(
         "reading (min)": [c.reading_minutes for c in chapters.values()],
         "running (s)": [c.running_seconds for c in chapters.values()],
         "graded exercises": [exercises[n] for n in chapters],
+        "written": [len(written[n]) for n in chapters],
         "longest solution (lines)": [max(solutions[n]) for n in chapters],
     },
     index=pd.Index(list(chapters), name="chapter"),
 )
 assert all(3 <= n <= 5 for n in table["objectives"])
 assert all(n >= 5 for n in table["graded exercises"])
+assert all(n >= 1 for n in table["written"])  # every chapter asks one
 lengths = sorted(x for lines in solutions.values() for x in lines)
 assert lengths[0] == 1 and lengths[-1] == 31  # as the text says
-assert solutions[7][1] == 31  # chapter 7's byte-pair encoding
-assert solutions[7][-1] == 19  # and its beam search
+assert solutions[7][1] == 31  # chapter 7's byte-pair encoding (7.2)
+assert solutions[7][5] == 19  # and its beam search (7.6)
 assert sum(x <= 5 for x in lengths) >= len(lengths) / 2  # "half"
 table
 
@@ -97,8 +112,9 @@ table
 # time an estimate for each graded exercise from its length: **5 minutes
 # plus 1 minute per line of its reference solution** (5 to read the
 # statement and the check, then a minute a line to write and debug), so
-# a two-line exercise gets 7 minutes and the longest, chapter 7's
-# byte-pair encoding, 36. The
+# a two-line exercise (or a prediction, one line) gets 7 minutes (or 6)
+# and the longest, chapter 7's byte-pair encoding, 36; a written question
+# gets **5 minutes plus 5 per point**, 15 for the usual two. The
 # graded work is the assignments of the chapters covered, handed in at
 # the end of each day. The last column adds lecture and lab: the
 # minutes the day holds.
@@ -125,6 +141,7 @@ TWO_WEEKS = [
 ]
 MINUTES_PER_EXERCISE = 5  # to read the statement and its check
 MINUTES_PER_SOLUTION_LINE = 1  # to write and debug each line
+MINUTES_PER_WRITTEN_POINT = 5  # to think and write what earns a point
 
 
 def exercise_minutes(lines: int) -> int:
@@ -132,14 +149,20 @@ def exercise_minutes(lines: int) -> int:
     return MINUTES_PER_EXERCISE + MINUTES_PER_SOLUTION_LINE * lines
 
 
+def written_minutes(marks: int) -> int:
+    """The lab time of a written question worth ``marks`` points."""
+    return MINUTES_PER_EXERCISE + MINUTES_PER_WRITTEN_POINT * marks
+
+
 def plan(days: list[tuple[str, list[int]]]) -> pd.DataFrame:
     rows = []
     for day, numbers in days:
         lecture = sum(chapters[n].reading_minutes for n in numbers)
         run = sum(chapters[n].running_seconds for n in numbers) / 60
-        work = sum(exercise_minutes(lines) for n in numbers
-                   for lines in solutions[n])  # fmt: skip
-        lab = round(run + work)
+        graded = sum(exercise_minutes(lines) for n in numbers
+                     for lines in solutions[n])  # fmt: skip
+        graded += sum(written_minutes(m) for n in numbers for m in written[n])
+        lab = round(run + graded)
         rows.append({
             "day": day,
             "chapters": ", ".join(map(str, numbers)),
@@ -155,11 +178,12 @@ one, two = plan(ONE_WEEK), plan(TWO_WEEKS)
 for days in (ONE_WEEK, TWO_WEEKS):  # every chapter, once, in order
     assert [n for _, numbers in days for n in numbers] == sorted(chapters)
 # as the text below says, in hours
-assert one["lecture (min)"].between(60, 135).all()  # 1 to 2 1/4
-assert one["lab (min)"].between(90, 240).all()  # 1 1/2 to 4
-assert one["day (min)"].between(150, 390).all()  # 2 1/2 to 6 1/2
-assert two["day (min)"].between(60, 300).all()  # 1 to 5
+assert one["lecture (min)"].between(75, 165).all()  # 1 1/4 to 2 3/4
+assert one["lab (min)"].between(120, 330).all()  # 2 to 5 1/2
+assert one["day (min)"].between(210, 480).all()  # 3 1/2 to 8
+assert two["day (min)"].between(60, 360).all()  # 1 to 6
 assert exercise_minutes(2) == 7 and exercise_minutes(max(lengths)) == 36
+assert written_minutes(2) == 15
 
 # %% [markdown]
 # ### One week: five days
@@ -174,12 +198,14 @@ one
 two
 
 # %% [markdown]
-# The one-week plan is dense: its days hold one to two and a quarter hours of
-# lecture and one and a half to four hours of lab, two and a half to six and a
-# half hours in all, which suits a summer school or a company course where the
-# students do nothing else. Chapters 7 and 9 to 12 are the heavy ones to run
-# (they train models for minutes), so start them at the beginning of the lab.
-# The two-week plan, one to five hours a day, gives one chapter a day for the
+# The one-week plan is dense: its days hold one and a quarter to two and
+# three-quarter hours of lecture and two to five and a half hours of lab,
+# three and a half to eight hours in all, which suits a summer school or a
+# company course where the students do nothing else (or that leaves the
+# written questions for the evening). Chapters 7 and 9 to 12 are the
+# heavy ones to run (they train models for minutes), so start them at the
+# beginning of the lab.
+# The two-week plan, one to six hours a day, gives one chapter a day for the
 # first week, the foundations (attention to the full stack), and lets the
 # second week go deeper into training, speed and the three applications. In
 # either plan a final project fits well: take chapter 7's translator to a new
@@ -195,22 +221,44 @@ two
 # has 19), and half of them are five lines or fewer: exercises, not projects.
 # Each has a reference solution, folded in the book, and one or more checks
 # whose failure says what is wrong: the shape, a NaN, the largest difference
-# and where, and a hint about the likely mistake. The exercises are written
-# once, in the chapter; `make assignments` cuts them out into one
-# assignment per chapter and asks [nbgrader](https://nbgrader.readthedocs.io)
-# for the student edition, with every solution replaced by a stub:
+# and where, and a hint about the likely mistake. Beside them, every chapter
+# asks at least one **prediction**, where the student commits to a number or
+# a choice before a cell runs the experiment (nbgrader marks the prediction
+# in a hidden test), and one **written question**, marked by hand in
+# nbgrader's formgrader against the rubric that the instructor version gives
+# with a model answer (folded in the book too).
+#
+# The checks grade the work, not only its result. While a check runs, the
+# package's own version of what the exercise asks (its *twin*:
+# `padding_mask` for exercise 2.1, `torch.softmax` where the statement
+# forbids it) refuses to serve the student's code, so an answer that hands
+# the work to it scores nothing; where a part is asked for, the checks
+# compare that part. A check says in one line that it passed, tells a stub
+# that its exercise is not done yet, and names the earlier exercise to fix
+# first when one it builds on failed. `syllabus.json` maps every exercise
+# to the chapter's objectives it tests, and every objective is tested.
+#
+# The exercises are written once, in the chapter; `make assignments` cuts
+# them out into one assignment per chapter and asks
+# [nbgrader](https://nbgrader.readthedocs.io) for the student edition,
+# with every solution replaced by a stub and every hidden test removed:
 #
 # ```bash
 # make assignments
 # ls _build/classroom/source/ch01    # the instructor version
 # ls _build/classroom/release/ch01   # the student edition
+# python tools/assignments.py --table   # what each asks, and its scores
 # ```
 #
-# The test suite runs nbgrader on every chapter's assignment three
-# times: the instructor version scores full marks, the student edition
-# handed in untouched scores zero (and the grader does not crash), and a
-# version with one typical mistake planted loses that exercise's points
-# with the message its author wrote for that mistake.
+# The test suite runs nbgrader on every chapter's assignment five times.
+# The instructor version scores full marks (but for the written answers,
+# which wait for a teacher); the student edition handed in untouched
+# scores zero, and the grader does not crash; a version with one typical
+# mistake planted loses that exercise's points with the message its
+# author wrote for that mistake; and two versions of cheats score zero on
+# every exercise they cheat: one where each exercise that has a twin
+# delegates to it, and one where each answer is something trivially
+# related (zeros, the input, the whole model where a part is asked).
 #
 # ### On a JupyterHub
 #
@@ -229,18 +277,30 @@ two
 #
 # The students fetch, work and submit from the Assignments tab. Set the
 # hub's exchange directory and course id as nbgrader's documentation
-# describes; the course id used here is `transformer-lite`.
+# describes; the course id used here is `transformer-lite`. The test suite
+# runs these four commands as they are written here, in this order, with
+# a student's fetch and submit between them, on a course folder and an
+# exchange of its own: the work handed in scores full marks and its
+# feedback page says so.
 #
 # ### On laptops, offline
 #
 # Nothing in the book needs a network once it is installed: the data is
-# generated or shipped, and the HTML book serves its own MathJax,
-# charts and slides. Install once while a network is at hand (`make
-# install`, or copy a prepared `.venv`), then give each student the
-# `release/` folder and `make lab`. They hand in their notebooks on a
-# USB stick or the course's file share; `nbgrader autograde` marks them
-# on the teacher's laptop, as above, after they are copied under
-# `submitted/<student>/<chNN>/`.
+# generated or shipped, and the HTML book serves its own MathJax, charts
+# and slides. For a class, `make student-kit` writes `_build/student-kit`:
+# the student edition, the package as a wheel, the pinned requirements
+# without the developers' tools, and a `README.txt` with the steps. Where
+# a network is at hand, download the pinned packages into its `wheels/`
+# folder once (`pip download -r requirements.txt -d wheels`); then copy
+# the kit to each laptop, where it installs with no network, and the
+# students open `assignments/` in JupyterLab (`make student-lab` shows
+# what they see). The kit holds no reference solution, hidden test or
+# rubric, and the students never need the book's sources, which hold
+# them all. They hand in their notebooks on a USB stick or the course's
+# file share; `nbgrader autograde` marks them on the teacher's laptop, as
+# above, after they are copied under `submitted/<student>/<chNN>/`. The
+# browser test opens the kit in JupyterLab, offline, and runs the cells
+# from the top with Shift+Enter as a student would, up to the first check.
 #
 # ## Slides
 #
