@@ -1204,7 +1204,8 @@ checkpoint_dir.cleanup()
 # %% [markdown]
 # ## Graded exercises
 #
-# Seven exercises, each with a check that runs when you run its cell.
+# Nine exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1217,7 +1218,12 @@ import torch
 from torch import nn
 
 from transformer_lite import Transformer, TransformerConfig
-from transformer_lite.classroom import exercise, expect_close, expect_equal
+from transformer_lite.classroom import (
+    exercise,
+    expect,
+    expect_close,
+    expect_equal,
+)
 from transformer_lite.tasks.copy_task import copy_task_sequences
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -1586,6 +1592,96 @@ with exercise("6.7", twins=[greedy_decode, beam_search]):
                      hint="after a row's EOS write PAD_ID, and stop as "
                      "soon as every row has written EOS or the outputs "
                      "are max_len long (BOS included)")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 6.8: predict, then run (1 point)
+#
+# Decide before you run the cell below it. A model is trained with the
+# label-smoothed loss of exercise 6.3, now with $\varepsilon = 0.3$
+# and the setup's $V = 11$. Among all the predictions it could make
+# for one position whose right token is 3, which probability $p_3$ of
+# that token gives the *smallest* loss? Set `prediction` to that
+# probability, a number between 0 and 1 (three decimals are enough);
+# then run the experiment, which tries every $p_3$ from 0.500 to 0.999
+# (the other ten tokens sharing the rest equally), and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = 1 - 0.3 + 0.3 / 11
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: the package's loss, for one position and a thousand
+# confidences, with the logits $\log p$.
+
+# %%
+from transformer_lite.training import LabelSmoothingLoss
+
+eps = 0.3
+smooth_loss = LabelSmoothingLoss(V, PAD_ID, eps)
+token3 = torch.tensor([[3]])  # (B, T): one position, right token 3
+confidences = torch.arange(500, 1000, dtype=torch.float64) / 1000
+losses = []
+for c in confidences:
+    p = torch.full((1, 1, V), (1 - c.item()) / (V - 1),
+                   dtype=torch.float64)  # (B, T, V)
+    p[0, 0, 3] = c
+    losses.append(smooth_loss(p.log(), token3).item())
+best = confidences[torch.tensor(losses).argmin()].item()
+print(f"the loss is smallest at p_3 = {best:.3f}")
+for c in (0.7, best, 0.9, 0.999):
+    i = int((confidences - c).abs().argmin())
+    print(f"  p_3 = {confidences[i].item():.3f}: loss {losses[i]:.4f}")
+
+# %% tags=["check", "hide-input"]
+with exercise("6.8", prediction=True):
+    expect(isinstance(prediction, (int, float))
+           and 0 <= prediction <= 1,
+           f"prediction is {prediction!r}: a probability, a number from "
+           f"0 to 1")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(abs(prediction - best) < 0.01,
+           f"the loss was smallest at p_3 = {best:.3f}, not "
+           f"{prediction:.3f}",
+           hint="the loss -sum_k q_k log p_k is smallest when p equals "
+           "the smoothed target q itself, and q keeps 1 - eps for the "
+           "right token *and* gives it its share eps / V: 0.7 + 0.3 / "
+           "11 = 0.727; a model sure of itself (p_3 near 1) pays for "
+           "the eps / V it denies every other token")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 6.9: why warm up? (2 points, written)
+#
+# In the section on pre-LN and post-LN, the deep post-LN model at a
+# peak learning rate of $10^{-2}$ learned least when the schedule had
+# no warm-up, while pre-LN trained with or without one. In two to four
+# sentences: where does post-LN put LayerNorm, why does that make the
+# first steps at a high learning rate dangerous, and why does pre-LN
+# not need the warm-up?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# Post-LN normalises *after* each residual sum,
+# $x \leftarrow \mathrm{LN}(x + F(x))$, so no path from the loss to the
+# lower layers bypasses a LayerNorm; at initialisation the gradients of
+# the parameters near the output are large, and a high learning rate
+# from the first step turns them into updates large enough to wreck the
+# model before it learns anything. Warm-up keeps the first steps small
+# while the gradients settle. Pre-LN normalises only the input of each
+# sublayer, $x \leftarrow x + F(\mathrm{LN}(x))$, so the residual stream
+# is an identity path from the output to the input; its gradients are
+# well scaled at initialisation, and the peak learning rate is safe from
+# step one.
+#
+# *Rubric (2 points).* 1 point: post-LN applies LayerNorm after the
+# residual sum (on the main path), which makes the gradients near the
+# output large at initialisation, so large early steps break training
+# (warm-up keeps them small). 1 point: pre-LN keeps an un-normalised
+# residual (identity) path, so its gradients are well behaved at the
+# start and it needs no warm-up. Saying only "warm-up avoids
+# instability" without where LayerNorm sits earns no point.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 2

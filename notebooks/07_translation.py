@@ -1423,7 +1423,8 @@ assert sum(fr_lengths) > sum(map(len, src_ids))
 # %% [markdown]
 # ## Graded exercises
 #
-# Six exercises, each with a check that runs when you run its cell.
+# Nine exercises, each with a check that runs when you run its cell,
+# save the last, which a teacher marks by hand.
 # In the book the reference solutions are folded: try first, then
 # open them. The classroom edition (the teaching page) hands out the
 # same exercises with the solutions removed, and nbgrader scores them.
@@ -1440,7 +1441,12 @@ import sacrebleu
 import torch
 
 from transformer_lite import Transformer, TransformerConfig
-from transformer_lite.classroom import exercise, expect_close, expect_equal
+from transformer_lite.classroom import (
+    exercise,
+    expect,
+    expect_close,
+    expect_equal,
+)
 from transformer_lite.decoding import gnmt_length_penalty
 from transformer_lite.tasks.numbers import number_words
 from transformer_lite.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -1912,6 +1918,144 @@ with exercise("7.6", after=["7.5"], twins=[beam_search, _beam_search]):
                      want_score,
                      hint="the score is log P / lp(length), the length "
                      "counting the tokens after BOS")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 7.7: predict, then run (1 point)
+#
+# Decide before you run the cell below it. The chapter's corpus is split
+# *by number*: a number is in training or in the test set, never both.
+# Suppose instead that the 20,000 training numbers and the 1000 test
+# numbers had been drawn independently, each by `number_splits`'s
+# recipe (a count of digits from 1 to 6, then a number of that length;
+# distinct numbers within each set). What share of the test numbers
+# would also be training numbers? Set `prediction` to one of the
+# strings `"none"`, `"about 5%"`, `"about 20%"` or `"about half"`; then
+# run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = "about half"
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: two independent draws, seeded, and the test numbers
+# that training saw, counted by their number of digits.
+
+# %%
+from transformer_lite.tasks.numbers import number_splits
+
+train_drawn = set(number_splits(20_000, 1, 1, seed=0)["train"])
+test_drawn = number_splits(1, 1, 1000, seed=1)["test"]
+seen = [n for n in test_drawn if n in train_drawn]
+share_seen = len(seen) / len(test_drawn)
+print(f"{len(seen)} of {len(test_drawn)} test numbers were also drawn "
+      f"for training ({share_seen:.0%})")
+for d in range(1, 7):
+    of_d = [n for n in test_drawn if len(str(n)) == d]
+    print(f"  {d} digits: {sum(n in train_drawn for n in of_d):3d} of "
+          f"{len(of_d):3d} seen")
+
+# %% tags=["check", "hide-input"]
+choices = ("none", "about 5%", "about 20%", "about half")
+with exercise("7.7", prediction=True):
+    expect(prediction in choices,
+           f"prediction is {prediction!r}: choose one of "
+           + ", ".join(f'"{c}"' for c in choices))  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(0.35 < share_seen < 0.65 and prediction == "about half",
+           f"{share_seen:.0%} of the test numbers had been drawn for "
+           f"training, not {prediction!r}",
+           hint="there are only 10 one-digit, 90 two-digit and 900 "
+           "three-digit numbers, and each length gets a sixth of the "
+           "20,000 draws (a repeat is drawn again): the short numbers "
+           "are all drawn, and about half the four-digit ones; half the "
+           "test set would then test memory, not translation")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 7.8: predict, then run (1 point)
+#
+# Decide before you run the cell below it. The reference is "four
+# hundred and twenty-one thousand and ninety-seven", eight words. Two
+# translations each get one of its words wrong: one says "ninety-eight"
+# at the end, the other "twenty-two" in the middle. The package's
+# `bleu` scores each against the reference. Set `prediction` to
+# `"end"` if the one wrong at the end scores lower, `"middle"` if the
+# one wrong in the middle does, or `"same"` if both get the same
+# score; then run the experiment and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = "middle"
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: BLEU of each translation alone, and its 4-gram
+# matches.
+
+# %%
+from transformer_lite.tasks.metrics import bleu
+
+reference = "four hundred and twenty-one thousand and ninety-seven"
+wrong = {"end": "four hundred and twenty-one thousand and ninety-eight",
+         "middle": "four hundred and twenty-two thousand and "
+         "ninety-seven"}  # fmt: skip
+one_wrong = {where: bleu([text], [reference])
+             for where, text in wrong.items()}  # fmt: skip
+for where, text in wrong.items():
+    stats = sacrebleu.corpus_bleu([text], [[reference]])
+    print(f"wrong at the {where:6s}: BLEU {one_wrong[where]:5.1f}, "
+          f"4-grams matched {stats.counts[3]} of {stats.totals[3]}")
+
+# %% tags=["check", "hide-input"]
+with exercise("7.8", prediction=True):
+    expect(prediction in ("end", "middle", "same"),
+           f"prediction is {prediction!r}: choose one of \"end\", "
+           f"\"middle\" or \"same\"")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    lower = min(one_wrong, key=one_wrong.get)
+    expect(one_wrong["middle"] < one_wrong["end"] - 10
+           and prediction == "middle",
+           f"BLEU was {one_wrong['end']:.1f} wrong at the end and "
+           f"{one_wrong['middle']:.1f} in the middle: the {lower} one "
+           f"scored lower, not {prediction!r}",
+           hint="BLEU counts n-grams up to 4: a wrong word breaks every "
+           "n-gram that covers it, four 4-grams in the middle of a "
+           "sentence but one at its end, so the same mistake costs "
+           "about half the score in the middle")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 7.9: alignment in French (2 points, written)
+#
+# Reading the German model's cross-attention, we saw it write "twenty"
+# while looking at *undzwanzig* and then "one" at *ein*: the alignment
+# crosses over. Imagine the same reading of a model trained on French,
+# for *quatre-vingt-dix-sept* $\to$ "ninety-seven". In two to four
+# sentences: where would you expect "ninety" and "seven" to look, would
+# the map cross over, and why is such a map evidence of how the model
+# translates but not proof?
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# French says the parts of 97 in the English order, the larger first
+# ($4 \cdot 20 + 10 + 7$), so the map should run forward without
+# crossing: "ninety" drawing on the pieces of *quatre-vingt* and *dix*
+# together (one English word from two French parts, 80 + 10), "seven"
+# on *sept* (or on *dix-sept*, if the tokenizer keeps it whole). It is
+# only evidence: a weight says where a head reads in one layer, but the
+# encoder's self-attention has already mixed the pieces of the word
+# into each other, so the vector at *sept* may carry *dix* too, and
+# other heads, layers and the residual path carry information as well.
+#
+# *Rubric (2 points).* 1 point: the French map is monotone (no
+# crossing), with "ninety" attending to the *quatre-vingt* / *dix*
+# pieces, several French pieces for one English word, and "seven" to
+# *sept*. 1 point: a map is not proof because the encoder's
+# self-attention mixes the positions before cross-attention reads them
+# (or: other heads, layers and the residual stream also carry what is
+# used; a weight is where it reads, not what it uses).
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 3

@@ -1546,8 +1546,9 @@ pd.DataFrame(speedups, columns=["remedy", "measured on", "ratio"]
 # %% [markdown]
 # ## Graded exercises
 #
-# Six exercises, each followed by a check that runs with its cell. In
-# the book the reference solutions are folded: try first, then open
+# Eight exercises, each followed by a check that runs with its cell,
+# save the last, which a teacher marks by hand.
+# In the book the reference solutions are folded: try first, then open
 # them. The classroom edition (the teaching page) hands out the same
 # exercises without the solutions, and nbgrader scores them. Everything
 # runs on the CPU, in float64 wherever values are compared.
@@ -2067,6 +2068,108 @@ with exercise("8.6", twins=[
                  hint="halve the scale and reset the count after inf or "
                  "NaN; double it only after growth_interval good steps "
                  "in a row, then reset the count")  # fmt: skip
+
+# %% [markdown]
+# ### Exercise 8.7: predict, then run (1 point)
+#
+# Decide before you run the cell below it. A decoder that recomputes
+# the whole prefix at every step (no cache) forms, in each
+# self-attention layer, one score per query and key: $t \times t$ of
+# them at step $t$. Greedy decoding of $T = 32$ tokens and of $T = 64$
+# tokens: by about what factor does the number of scores the
+# uncached decoder's self-attention computes grow when $T$ doubles?
+# Set `prediction` to one of the strings `"2x"`, `"4x"`, `"8x"` or
+# `"16x"`; then run the experiment, which counts them (and the cached
+# decoder's too), and the check.
+
+# %% tags=["solution", "prediction", "hide-input"]
+### BEGIN SOLUTION
+prediction = "8x"
+### END SOLUTION
+
+# %% [markdown]
+# The experiment: a tiny untrained translator, decoding one source
+# greedily, with a hook that counts the entries of every self-attention
+# weight matrix its decoder forms.
+
+# %%
+from transformer_lite import Transformer, TransformerConfig
+from transformer_lite.decoding import greedy_decode
+
+torch.manual_seed(87)
+tiny = Transformer(TransformerConfig(12, 12, n_layers=1, d_model=16,
+                                     d_ff=32, n_heads=2, dropout=0.0))
+tiny = tiny.eval()  # fmt: skip
+self_attn = tiny.decoder.layers[0].self_attn
+self_attn.keep_weights = True  # so its weights (B, H, Lq, Lk) are kept
+n_scores = []
+counter = self_attn.register_forward_hook(
+    lambda module, args, out: n_scores.append(
+        module.weights.size(-2) * module.weights.size(-1)))
+source = torch.randint(3, 12, (1, 6), generator=gen)  # (1, S)
+counted = {}
+for use_cache in (False, True):
+    for T in (32, 64):
+        n_scores.clear()
+        greedy_decode(tiny, source, max_len=T + 1, bos_id=1,
+                      use_cache=use_cache)  # fmt: skip
+        counted[use_cache, T] = sum(n_scores)
+counter.remove()
+self_attn.keep_weights = False
+growth = {use_cache: counted[use_cache, 64] / counted[use_cache, 32]
+          for use_cache in (False, True)}  # fmt: skip
+for use_cache in (False, True):
+    print(f"use_cache={use_cache!s:5}: {counted[use_cache, 32]:6d} scores "
+          f"for 32 tokens, {counted[use_cache, 64]:6d} for 64: "
+          f"{growth[use_cache]:.2f} times as many")
+
+# %% tags=["check", "hide-input"]
+with exercise("8.7", prediction=True):
+    expect(prediction in ("2x", "4x", "8x", "16x"),
+           f"prediction is {prediction!r}: choose one of \"2x\", \"4x\", "
+           f"\"8x\" or \"16x\"")  # fmt: skip
+    ### BEGIN HIDDEN TESTS
+    expect(6 < growth[False] < 10 and prediction == "8x",
+           f"without the cache the scores grew {growth[False]:.2f} "
+           f"times, not {prediction}",
+           hint="step t forms t * t scores, and 1 + 4 + ... + T^2 is "
+           "about T^3 / 3: doubling T multiplies it by about 8. The "
+           "cache leaves one query a step, t scores, about T^2 / 2 in "
+           "all: 4 times as many when T doubles")  # fmt: skip
+    ### END HIDDEN TESTS
+
+# %% [markdown]
+# ### Exercise 8.8: which kernel takes the mask? (2 points, written)
+#
+# The encoder-decoder's decoder attends over a *padded* batch of
+# targets, under a causal mask combined with the padding mask. On an
+# NVIDIA GPU, with 16-bit inputs, can its self-attention run
+# PyTorch's flash kernel? In two to four sentences: say which kernel
+# would run, and why a fused kernel can be told causality by a flag,
+# `is_causal=True`, when an arbitrary mask has to be handed to it as a
+# tensor.
+
+# %% [markdown] tags=["written", "points-2"]
+# ```{dropdown} A model answer, and the rubric
+# No: CUDA's flash kernel takes no mask tensor, only `is_causal=True`,
+# so a call with the decoder's causal-and-padding mask is sent to the
+# memory-efficient or the cuDNN kernel (or, failing those, to MATH,
+# which forms the whole score matrix). Causality is a rule on the
+# indices, key $j$ allowed for query $i$ when $j \le i$, which the kernel
+# evaluates itself inside each tile, and it can skip every tile above
+# the diagonal; an arbitrary mask is data, one entry per query and key
+# for each row of the batch, which a kernel must read from main memory
+# tile by tile, and the flash kernel was not written to. (Without
+# padding, say with sequences packed to the same length, the decoder
+# could pass `is_causal=True` and reach flash.)
+#
+# *Rubric (2 points).* 1 point: no, the flash kernel accepts no mask,
+# so the masked call runs memory-efficient or cuDNN attention (MATH
+# accepted as the fallback). 1 point: causality is computed from the
+# positions inside the kernel (no tensor, whole tiles skipped), while
+# a padding mask is per-batch data of shape about $(B, L_q, L_k)$ that
+# must be loaded.
+# ```
 
 # %% [raw] tags=["planted", "remove-cell"]
 # exercise: 1
