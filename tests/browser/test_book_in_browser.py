@@ -28,7 +28,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
-from playwright.sync_api import Page, sync_playwright
+from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 pytestmark = pytest.mark.browser
@@ -42,16 +42,6 @@ READING_ORDER = [*CHAPTERS, "api", "bibliography", "teaching"]  # _toc.yml
 DECKS = [c for c in CHAPTERS if not c.startswith("00")]  # make slides
 HIDDEN_TAGS = {"remove-cell", "remove-input"}
 WAIT_MS = 20_000  # for MathJax and vega to finish
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",  # runs as root in CI
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-quic",
-]
 
 
 # Fixtures: the book served on 127.0.0.1, and headless Chromium.
@@ -78,22 +68,6 @@ def book_url() -> str:
     yield f"http://127.0.0.1:{server.server_port}/"
     server.shutdown()
     server.server_close()
-
-
-@pytest.fixture(scope="session")
-def browser_context():
-    """Headless Chromium with a fresh profile (playwright makes one)."""
-    executable = shutil.which("chromium")
-    if executable is None:
-        pytest.fail("chromium not found: `make browser-test` installs it")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=executable, headless=True, args=CHROMIUM_FLAGS
-        )
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        yield context
-        context.close()
-        browser.close()
 
 
 @dataclass

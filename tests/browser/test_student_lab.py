@@ -20,7 +20,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from playwright.sync_api import sync_playwright
 
 pytestmark = pytest.mark.browser
 
@@ -71,6 +70,7 @@ def lab(tmp_path_factory):
          "--allow-root", "--ip=127.0.0.1", f"--port={port}",
          f"--IdentityProvider.token={token}",
          "--LabApp.expose_app_in_browser=True",
+         f"--LabApp.workspaces_dir={root.parent / f'{root.name}-spaces'}",
          f"--ServerApp.root_dir={root}"],
         stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
@@ -92,36 +92,41 @@ def lab(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(lab):
-    """A Chromium tab that may reach the local JupyterLab and nothing
-    else; what it tried to reach elsewhere is in ``page.outside``."""
+def page(lab, browser_context):
+    """A tab of the session's Chromium (conftest.py) that may reach the
+    local JupyterLab and nothing else; what it tried to reach elsewhere
+    is in ``page.outside``."""
     url, _, _ = lab
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(
-            executable_path=shutil.which("chromium"), headless=True,
-            args=["--no-sandbox", "--disable-gpu"],
-        )  # fmt: skip
-        tab = browser.new_page(viewport={"width": 1280, "height": 900})
-        tab.outside = []
+    tab = browser_context.new_page()
+    tab.outside = []
 
-        def only_local(route):
-            if route.request.url.startswith(url):
-                route.continue_()
-            else:
-                tab.outside.append(route.request.url)
-                route.abort()
+    def only_local(route):
+        if route.request.url.startswith(url):
+            route.continue_()
+        else:
+            tab.outside.append(route.request.url)
+            route.abort()
 
-        tab.route("**/*", only_local)
-        yield tab
-        browser.close()
+    tab.route("**/*", only_local)
+    yield tab
+    tab.close()
 
 
 def open_notebook(page, lab, path: str) -> None:
     url, token, _ = lab
     page.goto(f"{url}/lab/tree/{path}?token={token}")
+    page.wait_for_function(  # the notebook asked for, not one restored
+        f"() => !!window.jupyterapp && !!{CURRENT} && !!{CURRENT}.context"
+        f" && {CURRENT}.context.path === {path!r}",
+        timeout=120_000,
+    )
     page.wait_for_function(KERNEL_READY, timeout=120_000)
-    page.locator(".jp-NotebookPanel .jp-Cell").first.click()
-    page.keyboard.press("Escape")  # command mode, on the first cell
+    page.evaluate(f"""() => {{
+      const notebook = {CURRENT}.content;
+      notebook.activeCellIndex = 0;
+      notebook.mode = "command";
+      notebook.node.focus();
+    }}""")  # the first cell selected, as a click on it would
 
 
 def test_a_student_runs_the_first_check_and_reads_what_to_do(page, lab):
