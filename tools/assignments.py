@@ -219,28 +219,34 @@ def meta(grade_id: str, **flags) -> dict:
     return {"nbgrader": nbgrader}
 
 
-def parse_planted(source: str, path: Path) -> Planted:
+def parse_head(source: str, keys: tuple[str, str], role: str, path: Path):
+    """A raw cell's two ``key: value`` lines (as planted and cheat cells
+    start), and the code below them."""
     lines = source.splitlines()
-    head = [re.fullmatch(r"(exercise|message): (.+)", x) for x in lines[:2]]
-    if not all(head) or [m.group(1) for m in head] != ["exercise", "message"]:
-        raise ValueError(f"{path.name}: a planted cell starts with "
-                         "'exercise: K' and 'message: TEXT'")  # fmt: skip
-    code = "\n".join(lines[2:]).strip() + "\n"
-    return Planted(int(head[0].group(2)), head[1].group(2).strip(), code)
+    pattern = rf"({'|'.join(keys)}): (.+)"
+    head = [re.fullmatch(pattern, x) for x in lines[:2]]
+    if not all(head) or tuple(m.group(1) for m in head) != keys:
+        raise ValueError(f"{path.name}: a {role} cell starts with "
+                         f"'{keys[0]}: ...' and '{keys[1]}: ...'")  # fmt: skip
+    values = [m.group(2).strip() for m in head]
+    return *values, "\n".join(lines[2:]).strip() + "\n"
+
+
+def parse_planted(source: str, path: Path) -> Planted:
+    exercise, message, code = parse_head(
+        source, ("exercise", "message"), "planted", path
+    )
+    return Planted(int(exercise), message, code)
 
 
 def parse_cheat(source: str, path: Path) -> Cheat:
-    lines = source.splitlines()
-    head = [re.fullmatch(r"(exercise|kind): (.+)", x) for x in lines[:2]]
-    if not all(head) or [m.group(1) for m in head] != ["exercise", "kind"]:
-        raise ValueError(f"{path.name}: a cheat cell starts with "
-                         "'exercise: K' and 'kind: KIND'")  # fmt: skip
-    kind = head[1].group(2).strip()
+    exercise, kind, code = parse_head(
+        source, ("exercise", "kind"), "cheat", path
+    )
     if kind not in CHEATS:
         raise ValueError(f"{path.name}: a cheat's kind is one of {CHEATS}, "
                          f"not {kind!r}")  # fmt: skip
-    code = "\n".join(lines[2:]).strip() + "\n"
-    return Cheat(int(head[0].group(2)), kind, code)
+    return Cheat(int(exercise), kind, code)
 
 
 def parse_check(source: str, exercise: int, path: Path) -> Check:

@@ -129,9 +129,10 @@ def open_notebook(page, lab, path: str) -> None:
     }}""")  # the first cell selected, as a click on it would
 
 
-def test_a_student_runs_the_first_check_and_reads_what_to_do(page, lab):
+def first_check(lab):
+    """The kit's notebook of CHAPTER, and the index of its first graded
+    (check) cell."""
     name = f"ch{CHAPTER}"
-    open_notebook(page, lab, f"kit/assignments/{name}/{name}.ipynb")
     release = nbformat.read(
         lab[2] / "kit" / "assignments" / name / f"{name}.ipynb", 4
     )
@@ -139,6 +140,13 @@ def test_a_student_runs_the_first_check_and_reads_what_to_do(page, lab):
         i for i, cell in enumerate(release.cells)
         if cell.metadata.get("nbgrader", {}).get("grade")
     )  # fmt: skip
+    return release, first
+
+
+def test_a_student_runs_the_first_check_and_reads_what_to_do(page, lab):
+    name = f"ch{CHAPTER}"
+    open_notebook(page, lab, f"kit/assignments/{name}/{name}.ipynb")
+    _, first = first_check(lab)
     for _ in range(first + 1):
         page.keyboard.press("Shift+Enter")
     page.wait_for_function(
@@ -157,13 +165,7 @@ def test_a_student_runs_the_first_check_and_reads_what_to_do(page, lab):
 def test_a_locked_check_cannot_be_edited(page, lab):
     name = f"ch{CHAPTER}"
     open_notebook(page, lab, f"kit/assignments/{name}/{name}.ipynb")
-    release = nbformat.read(
-        lab[2] / "kit" / "assignments" / name / f"{name}.ipynb", 4
-    )
-    first = next(
-        i for i, cell in enumerate(release.cells)
-        if cell.metadata.get("nbgrader", {}).get("grade")
-    )  # fmt: skip
+    release, first = first_check(lab)
     assert cell_json(page, first)["metadata"]["editable"] is False
     for _ in range(first):
         page.keyboard.press("j")  # down, in command mode
