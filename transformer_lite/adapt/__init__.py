@@ -1,0 +1,10 @@
+"""Adaptation tier (chapter 13): take a model that was trained already
+and make it serve something new. LoRA adds a small trainable update to
+chosen linear layers of a frozen model (:mod:`transformer_lite.adapt.lora`);
+the interop functions load the weights of Hugging Face's GPT-2 and BERT
+into the book's own classes (:mod:`transformer_lite.adapt.hf`).
+
+Built on the core, the language models and the training tier's
+checkpoint code. The modules are imported one by one: the interop needs
+the ``[hf]`` extra (``transformers``), LoRA needs nothing more.
+"""
