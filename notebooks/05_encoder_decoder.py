@@ -247,7 +247,10 @@ plt.show()
 #
 # In the base model $d_{model} = 512$ and the inner width is four times
 # larger, $d_{ff} = 2048$. Our module writes the formula with the same
-# names; `nn.Linear` stores $W_1$ transposed, as (d_ff, C).
+# names; `nn.Linear` stores $W_1$ transposed, as (d_ff, C). The
+# nonlinearity is the paper's $\max(0, \cdot)$ unless the module is told
+# otherwise: BERT and GPT-2 use GELU, $x\,\Phi(x)$, a ReLU with a smooth
+# corner, and the `activation` argument is there for them.
 
 # %%
 show(FeedForward)

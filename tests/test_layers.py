@@ -21,6 +21,12 @@ from transformer_lite.layers import (
 from transformer_lite.masks import causal_mask, to_torch_attn_mask
 
 SIZES = [(16, 4, 32), (24, 2, 8), (8, 1, 64)]  # (C, H, d_ff)
+# (torch's activation, LayerNorm epsilon): the paper's, BERT's, GPT-2's
+FLAVOURS = {
+    "relu": ("relu", 1e-5),
+    "gelu": ("gelu", 1e-12),
+    "gelu_tanh": (nn.GELU(approximate="tanh"), 1e-5),
+}
 
 
 def inputs(B, S, T, C, dtype, device, seed=0):
@@ -35,10 +41,12 @@ def grads(module):
     return {n: p.grad for n, p in module.named_parameters()}
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("size", SIZES, ids=str)
-def test_encoder_layer_equals_torch(size, norm_first, dtype, device):
+def test_encoder_layer_equals_torch(size, norm_first, flavour, dtype, device):
     C, H, d_ff = size
+    activation, eps = FLAVOURS[flavour]
     torch.manual_seed(0)
     theirs = nn.TransformerEncoderLayer(
         C,
@@ -47,10 +55,13 @@ def test_encoder_layer_equals_torch(size, norm_first, dtype, device):
         dropout=0.1,
         batch_first=True,
         norm_first=norm_first,
+        activation=activation,
+        layer_norm_eps=eps,
         device=device,
         dtype=dtype,  # so float64 weights use all 53 bits
     ).eval()
     ours = from_torch_encoder_layer(theirs).eval()
+    assert ours.norm1.eps == ours.norm2.eps == eps
     src, _, mask = inputs(3, 6, 4, C, dtype, device)
 
     out = ours(src, mask)
@@ -77,10 +88,12 @@ def test_encoder_layer_equals_torch(size, norm_first, dtype, device):
     assert_close(ours_grads["self_attn.w_v.weight"], w_v, dtype, "grad W^V")
 
 
+@pytest.mark.parametrize("flavour", FLAVOURS)
 @pytest.mark.parametrize("norm_first", [False, True])
 @pytest.mark.parametrize("size", SIZES, ids=str)
-def test_decoder_layer_equals_torch(size, norm_first, dtype, device):
+def test_decoder_layer_equals_torch(size, norm_first, flavour, dtype, device):
     C, H, d_ff = size
+    activation, eps = FLAVOURS[flavour]
     torch.manual_seed(1)
     theirs = nn.TransformerDecoderLayer(
         C,
@@ -89,6 +102,8 @@ def test_decoder_layer_equals_torch(size, norm_first, dtype, device):
         dropout=0.1,
         batch_first=True,
         norm_first=norm_first,
+        activation=activation,
+        layer_norm_eps=eps,
         device=device,
         dtype=dtype,  # so float64 weights use all 53 bits
     ).eval()
@@ -228,13 +243,54 @@ def test_decoder_layer_is_causal():
 def test_interop_rejects_what_it_cannot_copy():
     with pytest.raises(ValueError, match="batch_first"):
         from_torch_encoder_layer(nn.TransformerEncoderLayer(8, 2, 16))
-    with pytest.raises(ValueError, match="ReLU"):
+    with pytest.raises(ValueError, match="only ReLU and GELU"):
         from_torch_encoder_layer(
             nn.TransformerEncoderLayer(
-                8, 2, 16, activation="gelu", batch_first=True
+                8, 2, 16, activation=torch.tanh, batch_first=True
             )
         )
     with pytest.raises(ValueError, match="TransformerDecoderLayer"):
         from_torch_decoder_layer(
             nn.TransformerEncoderLayer(8, 2, 16, batch_first=True)
         )
+
+
+@pytest.mark.parametrize("name", ["relu", "gelu", "gelu_tanh"])
+def test_feed_forward_activation_is_the_named_function(name):
+    """Each activation is the function it names, computed independently
+    (GELU exactly: x Phi(x); its tanh form as GPT-2 writes it)."""
+    ffn = FeedForward(8, 16, dropout=0.0, activation=name).double()
+    x = torch.randn(3, 5, 8, dtype=torch.float64)
+    z = ffn.w_1(x)
+    phi = 0.5 * (1 + torch.erf(z / 2**0.5))
+    inner = (2 / torch.pi) ** 0.5 * (z + 0.044715 * z**3)
+    f = {
+        "relu": z.clamp(min=0),
+        "gelu": z * phi,
+        "gelu_tanh": 0.5 * z * (1 + torch.tanh(inner)),
+    }[name]
+    torch.testing.assert_close(ffn(x), ffn.w_2(f), rtol=1e-12, atol=1e-12)
+
+
+def test_layer_options_are_checked():
+    with pytest.raises(ValueError, match="activation must be one of"):
+        FeedForward(8, 16, activation="swish")
+    with pytest.raises(ValueError, match="norm_eps must be positive"):
+        EncoderLayer(8, 2, 16, norm_eps=0.0)
+    with pytest.raises(ValueError, match="norm_eps"):
+        DecoderLayer(8, 2, 16, norm_eps=-1e-5)
+
+
+def test_default_layers_hold_the_same_parameters_in_the_same_order():
+    """The options add no parameter and draw no random number at their
+    defaults: a seeded layer is the same as one built without them."""
+    torch.manual_seed(0)
+    plain = EncoderLayer(16, 4, 32)
+    next_plain = torch.rand(())
+    torch.manual_seed(0)
+    named = EncoderLayer(16, 4, 32, activation="relu", norm_eps=1e-5)
+    next_named = torch.rand(())
+    a, b = plain.state_dict(), named.state_dict()
+    assert list(a) == list(b)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(next_plain, next_named)

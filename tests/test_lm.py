@@ -86,6 +86,28 @@ def test_tied_embeddings_share_one_matrix():
     assert difference == V * 32
 
 
+def test_published_model_options_change_what_they_name():
+    """GPT-2's choices (chapter 13): embeddings not scaled, no output
+    bias, GELU, another epsilon. With the embeddings alone in play (no
+    blocks), the logits are the embedding, maybe scaled, times E^T."""
+    x = lm_tokens(2, 8)
+    for scale in (True, False):
+        model = tiny_lm(n_layers=1, position="none", scale_embeddings=scale,
+                        output_bias=False, norm_first=False)  # fmt: skip
+        model.layers = torch.nn.ModuleList()  # embeddings straight out
+        E = model.embed.weight
+        expected = E[x] * (32**0.5 if scale else 1.0) @ E.T
+        torch.testing.assert_close(model(x), expected)
+    gpt2 = tiny_lm(activation="gelu_tanh", norm_eps=1e-6, output_bias=False)
+    assert gpt2.generator.bias is None
+    block = gpt2.layers[0]
+    assert isinstance(block.feed_forward.activation, torch.nn.GELU)
+    assert block.feed_forward.activation.approximate == "tanh"
+    assert block.norm1.eps == block.norm2.eps == gpt2.norm.eps == 1e-6
+    difference = tiny_lm().count_parameters() - gpt2.count_parameters()
+    assert difference == V  # the output bias
+
+
 def test_training_mode_is_restored_and_gradients_flow():
     model = tiny_lm().train()
     x = lm_tokens(2, 8)
@@ -103,6 +125,10 @@ def test_training_mode_is_restored_and_gradients_flow():
         ({"tie_embeddings": 1}, "tie_embeddings must be True or False"),
         ({"kernel": "yes"}, "kernel must be one of"),
         ({"position": "relative"}, "position must be one of"),
+        ({"activation": "swish"}, "activation must be one of"),
+        ({"norm_eps": 0}, "norm_eps must be positive"),
+        ({"scale_embeddings": "no"}, "scale_embeddings must be True"),
+        ({"output_bias": None}, "output_bias must be True or False"),
     ],
 )
 def test_bad_config_is_refused(fields, match):

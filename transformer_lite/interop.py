@@ -3,8 +3,8 @@
 Each ``from_torch_*`` function builds the transformer-lite module of the
 same size and copies the weights, so the two compute the same function.
 The equivalence tests and the book use this to show that our readable code
-is exactly the real thing. Only batch-first modules with ReLU activations
-are accepted: those are the ones we claim equality with.
+is exactly the real thing. Only batch-first modules with a ReLU or GELU
+activation are accepted: those are the ones we claim equality with.
 """
 
 import torch
@@ -72,18 +72,27 @@ def _check_layer(m: nn.Module, kind: type) -> None:
         raise ValueError(f"expected {kind.__name__}, got {type(m)}")
     if not m.self_attn.batch_first:
         raise ValueError("only batch_first=True layers are supported")
-    if m.activation is not F.relu and not isinstance(m.activation, nn.ReLU):
-        raise ValueError(
-            f"only ReLU activation is supported, got {m.activation}"
-        )
-    if m.norm1.eps != 1e-5 or not m.norm1.elementwise_affine:
-        raise ValueError("only LayerNorm(eps=1e-5) with affine weights")
+    _activation(m.activation)
+    if not m.norm1.elementwise_affine:
+        raise ValueError("only LayerNorms with affine weights")
     if m.linear1.bias is None or m.norm1.bias is None:
         raise ValueError(
             "only layers with biases (bias=True) are supported: ours "
             "always have them"
         )
     _check_mha(m.self_attn)
+
+
+def _activation(f: object) -> str:
+    """The name (:data:`~transformer_lite.layers.ACTIVATIONS`) of a torch
+    layer's activation, which is a function or a module."""
+    if f is F.relu or isinstance(f, nn.ReLU):
+        return "relu"
+    if f is F.gelu:
+        return "gelu"
+    if isinstance(f, nn.GELU):
+        return "gelu" if f.approximate == "none" else "gelu_tanh"
+    raise ValueError(f"only ReLU and GELU activations are supported, got {f}")
 
 
 def _load_common(ours: nn.Module, theirs: nn.Module) -> None:
@@ -105,6 +114,8 @@ def _sizes(m: nn.Module) -> dict:
         d_ff=m.linear1.out_features,
         dropout=m.dropout.p,
         norm_first=m.norm_first,
+        activation=_activation(m.activation),
+        norm_eps=m.norm1.eps,
     )
 
 

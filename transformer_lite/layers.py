@@ -15,24 +15,55 @@ source position have no offset that means anything).
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from transformer_lite.attention import MultiHeadAttention
 from transformer_lite.cache import DecoderCache, KVCache, LayerCache
+from transformer_lite.checks import check_real
 from transformer_lite.positional import RelativePosition
 
 __all__ = [
+    "ACTIVATIONS",
     "Decoder",
     "DecoderLayer",
     "Encoder",
     "EncoderLayer",
     "FeedForward",
+    "activation_module",
+    "check_norm_eps",
     "glorot_init",
 ]
 
 LAYER_NORM_EPS = 1e-5  # as nn.LayerNorm and nn.TransformerEncoderLayer
+
+# The feed-forward network's nonlinearity, by name: ReLU in the paper;
+# GELU (the exact, erf form) in BERT; GELU's tanh approximation in GPT-2.
+ACTIVATIONS = ("relu", "gelu", "gelu_tanh")
+
+
+def check_norm_eps(norm_eps: object) -> float:
+    """``norm_eps`` as a float if it is a positive finite number."""
+    eps = check_real("norm_eps", norm_eps, low=0.0)
+    if eps == 0.0:
+        raise ValueError(
+            "norm_eps must be positive: a LayerNorm of a constant vector "
+            "divides by sqrt(0 + norm_eps)"
+        )
+    return eps
+
+
+def activation_module(name: str) -> nn.Module:
+    """The module of the activation ``name`` (one of :data:`ACTIVATIONS`)."""
+    if name == "relu":
+        return nn.ReLU()
+    if name == "gelu":
+        return nn.GELU()
+    if name == "gelu_tanh":
+        return nn.GELU(approximate="tanh")
+    raise ValueError(
+        f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}"
+    )
 
 
 def glorot_init(model: nn.Module, keep: Sequence[str] = ()) -> None:
@@ -60,20 +91,30 @@ class FeedForward(nn.Module):
     Args:
         d_model: model width C.
         d_ff: inner width (2048 in the paper's base model).
-        dropout: dropout after the ReLU.
+        dropout: dropout after the activation.
+        activation: the nonlinearity, max(0, .) in the paper; one of
+            :data:`ACTIVATIONS` (BERT and GPT-2 use GELU, chapter 13).
 
     Shape:
         x: (B, L, C); output: (B, L, C).
     """
 
-    def __init__(self, d_model: int, d_ff: int, dropout: float = 0.1) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        *,
+        activation: str = "relu",
+    ) -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
+        self.activation = activation_module(activation)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        hidden = F.relu(self.w_1(x))  # (B, L, d_ff)
+        hidden = self.activation(self.w_1(x))  # (B, L, d_ff)
         return self.w_2(self.dropout(hidden))  # (B, L, C)
 
 
@@ -88,6 +129,8 @@ class EncoderLayer(nn.Module):
             sublayer's output before the residual sum.
         norm_first: False for the paper's post-LN, True for pre-LN.
         position: the self-attention's relative position scheme, or None.
+        activation: the feed-forward network's (:data:`ACTIVATIONS`).
+        norm_eps: the LayerNorms' epsilon (BERT's is 1e-12).
 
     The same layer under a causal mask (``is_causal=True``) is the block
     of a decoder-only language model (chapter 10), which also passes a
@@ -108,14 +151,19 @@ class EncoderLayer(nn.Module):
         norm_first: bool = False,
         *,
         position: RelativePosition | None = None,
+        activation: str = "relu",
+        norm_eps: float = LAYER_NORM_EPS,
     ) -> None:
         super().__init__()
+        check_norm_eps(norm_eps)
         self.self_attn = MultiHeadAttention(
             d_model, n_heads, dropout, position=position
         )
-        self.feed_forward = FeedForward(d_model, d_ff, dropout)
-        self.norm1 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
-        self.norm2 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.feed_forward = FeedForward(
+            d_model, d_ff, dropout, activation=activation
+        )
+        self.norm1 = nn.LayerNorm(d_model, eps=norm_eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.norm_first = norm_first
@@ -183,16 +231,21 @@ class DecoderLayer(nn.Module):
         norm_first: bool = False,
         *,
         position: RelativePosition | None = None,
+        activation: str = "relu",
+        norm_eps: float = LAYER_NORM_EPS,
     ) -> None:
         super().__init__()
+        check_norm_eps(norm_eps)
         self.self_attn = MultiHeadAttention(
             d_model, n_heads, dropout, position=position
         )
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
-        self.feed_forward = FeedForward(d_model, d_ff, dropout)
-        self.norm1 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
-        self.norm2 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
-        self.norm3 = nn.LayerNorm(d_model, eps=LAYER_NORM_EPS)
+        self.feed_forward = FeedForward(
+            d_model, d_ff, dropout, activation=activation
+        )
+        self.norm1 = nn.LayerNorm(d_model, eps=norm_eps)
+        self.norm2 = nn.LayerNorm(d_model, eps=norm_eps)
+        self.norm3 = nn.LayerNorm(d_model, eps=norm_eps)
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
         self.dropout3 = nn.Dropout(dropout)
@@ -235,7 +288,9 @@ class _Stack(nn.Module):
     """``n_layers`` copies of ``layer_type`` and, in pre-LN, a final
     LayerNorm: what :class:`Encoder` and :class:`Decoder` share.
 
-    ``positions``: one relative position scheme per layer (or None). A
+    ``activation`` and ``norm_eps`` are each layer's (and the final
+    LayerNorm's epsilon). ``positions``: one relative position scheme
+    per layer (or None). A
     scheme shared by the layers, as T5's table, is the same module in
     every place: ``parameters()`` yields it once, and the state dict
     names it in each layer, as it does tied embeddings.
@@ -253,6 +308,8 @@ class _Stack(nn.Module):
         norm_first: bool = False,
         *,
         positions: Sequence[RelativePosition | None] | None = None,
+        activation: str = "relu",
+        norm_eps: float = LAYER_NORM_EPS,
     ) -> None:
         super().__init__()
         positions = [None] * n_layers if positions is None else positions
@@ -269,12 +326,12 @@ class _Stack(nn.Module):
                 dropout,
                 norm_first,
                 position=position,
+                activation=activation,
+                norm_eps=norm_eps,
             )
             for position in positions
         )
-        self.norm = (
-            nn.LayerNorm(d_model, eps=LAYER_NORM_EPS) if norm_first else None
-        )
+        self.norm = nn.LayerNorm(d_model, eps=norm_eps) if norm_first else None
         self.checkpointing = False
 
 

@@ -15,7 +15,12 @@ from torch import Tensor, nn
 from transformer_lite.attention import check_kernel, set_attention_kernel
 from transformer_lite.cache import StackCache
 from transformer_lite.checks import check_bool, check_int, check_real
-from transformer_lite.layers import LAYER_NORM_EPS, EncoderLayer
+from transformer_lite.layers import (
+    ACTIVATIONS,
+    LAYER_NORM_EPS,
+    EncoderLayer,
+    check_norm_eps,
+)
 from transformer_lite.lm.memory import SegmentMemory
 from transformer_lite.model import ModelBasics
 from transformer_lite.schemes import (
@@ -48,14 +53,27 @@ class LMConfig:
     position: str = "rope"  # where positions enter: schemes.POSITIONS
     max_len: int = 4096  # longest sequence the positions cover
     kernel: str = "fused"  # attention.KERNELS; fused: is_causal=True
+    # What a published model may differ in (GPT-2: chapter 13)
+    activation: str = "relu"  # layers.ACTIVATIONS; GPT-2: "gelu_tanh"
+    norm_eps: float = LAYER_NORM_EPS  # every LayerNorm's epsilon
+    scale_embeddings: bool = True  # times sqrt(d_model); GPT-2: False
+    output_bias: bool = True  # the output layer's bias; GPT-2 has none
 
     def __post_init__(self) -> None:
         for name in ("vocab", "n_layers", "d_model", "d_ff", "n_heads"):
             check_int(name, getattr(self, name), low=1)
         check_int("max_len", self.max_len, low=1)
         check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        for name in ("norm_first", "tie_embeddings"):
+        flags = ("norm_first", "tie_embeddings", "scale_embeddings",
+                 "output_bias")  # fmt: skip
+        for name in flags:
             check_bool(name, getattr(self, name))
+        check_norm_eps(self.norm_eps)
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(
+                f"activation must be one of {', '.join(ACTIVATIONS)}, "
+                f"got {self.activation!r}"
+            )
         check_kernel(self.kernel)
         check_widths(self.d_model, self.n_heads, self.position)
 
@@ -64,7 +82,8 @@ class LMConfig:
 
 
 class LanguageModel(ModelBasics, nn.Module):
-    """Token embeddings (times sqrt(d_model)) plus positions, N blocks
+    """Token embeddings (times sqrt(d_model), unless the config says not
+    to) plus positions, N blocks
     under the causal mask, a final LayerNorm (pre-LN) and the output
     projection to next-token logits.
 
@@ -89,15 +108,17 @@ class LanguageModel(ModelBasics, nn.Module):
                 c.dropout,
                 c.norm_first,
                 position=position,  # relative, in self-attention
+                activation=c.activation,
+                norm_eps=c.norm_eps,
             )
             for position in relative_positions(c, causal=True)
         )
         self.norm = (
-            nn.LayerNorm(c.d_model, eps=LAYER_NORM_EPS)
+            nn.LayerNorm(c.d_model, eps=c.norm_eps)
             if c.norm_first
             else nn.Identity()
         )
-        self.generator = nn.Linear(c.d_model, c.vocab)
+        self.generator = nn.Linear(c.d_model, c.vocab, bias=c.output_bias)
         if c.tie_embeddings:
             self.generator.weight = self.embed.weight
         set_attention_kernel(self, c.kernel)
@@ -136,7 +157,9 @@ class LanguageModel(ModelBasics, nn.Module):
                 f"{self.config.position!r}"
             )
         offset = 0 if cache is None else cache.length
-        x = self.embed(tokens) * math.sqrt(self.config.d_model)  # (B, L, C)
+        x = self.embed(tokens)  # (B, L, C)
+        if self.config.scale_embeddings:
+            x = x * math.sqrt(self.config.d_model)
         if memory is not None:
             if not isinstance(memory, SegmentMemory):
                 raise ValueError(
