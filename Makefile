@@ -30,17 +30,29 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)  ## create .venv with the pinned requirements and the package
 
-test: install  ## everything: contracts, unit tests, every notebook, the book, the slides
-	$(MAKE) contracts
-	$(MAKE) unit
-	$(MAKE) nbval
-	$(MAKE) browser-test
+# Each phase is timed (tools/test_phases.py); the end, or a failing phase,
+# prints the phases' seconds and the ten slowest unit tests and chapters.
+PHASE := $(PYTHON) tools/test_phases.py run
+test:  ## everything: contracts, unit tests, every notebook, the book, the slides
+	@$(PYTHON) tools/test_phases.py start
+	@$(PHASE) install -- $(MAKE) --no-print-directory install
+	@$(PHASE) contracts -- $(MAKE) --no-print-directory contracts
+	@$(PHASE) unit -- $(MAKE) --no-print-directory unit \
+	  UNIT_REPORT=_build/unit-junit.xml
+	@$(PHASE) nbval -- $(MAKE) --no-print-directory nbval
+	@$(PHASE) book -- $(MAKE) --no-print-directory book
+	@$(PHASE) slides -- $(MAKE) --no-print-directory slides SLIDES_NEED=
+	@$(PHASE) browser -- $(MAKE) --no-print-directory browser-test \
+	  BROWSER_NEED=
+	@$(PYTHON) tools/test_phases.py report
 
 contracts: install  ## the package's tiers import one way (import-linter)
 	$(BIN)/lint-imports
 
+UNIT_REPORT ?=
 unit: install  ## the package's unit tests
-	$(BIN)/python -m pytest tests -m "not browser and not classroom" -q
+	$(BIN)/python -m pytest tests -m "not browser and not classroom" -q \
+	  $(if $(UNIT_REPORT),--junitxml=$(UNIT_REPORT))
 
 notebooks/%.ipynb: notebooks/%.py
 	$(BIN)/jupytext --quiet --to ipynb $< -o $@
@@ -129,10 +141,14 @@ book: install _build/.package-stamp  ## execute every chapter and build the HTML
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-slides: book  ## a reveal.js deck per chapter, cut from the executed chapters
+# make test builds the book once, as its own phase, and passes SLIDES_NEED=
+# and BROWSER_NEED= so that the next phases do not build it again.
+SLIDES_NEED ?= book
+slides: $(SLIDES_NEED)  ## a reveal.js deck per chapter, cut from the executed chapters
 	$(BIN)/python tools/slides.py
 
-browser-test: book slides  ## the book, the slides and the student edition in JupyterLab, in headless Chromium
+BROWSER_NEED ?= book slides
+browser-test: $(BROWSER_NEED)  ## the book, the slides and the student edition in JupyterLab, in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
 	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider
