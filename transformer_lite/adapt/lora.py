@@ -58,9 +58,11 @@ __all__ = [
     "ADAPTER_FORMAT",
     "LoRALinear",
     "LoRASettings",
+    "adapter_tensors",
     "add_lora",
     "count_parameters",
     "load_adapter",
+    "lora_layers",
     "merge_lora",
     "remove_lora",
     "save_adapter",
@@ -315,7 +317,8 @@ def remove_lora(model: nn.Module, *, merge: bool = True) -> list[str]:
 
 def count_parameters(model: nn.Module) -> tuple[int, int]:
     """(trainable, total) parameter counts, a shared (tied) tensor
-    counted once."""
+    counted once (``model.count_parameters()`` of the book's models is
+    the first)."""
     params = list(model.parameters())  # each tensor once
     trainable = sum(p.numel() for p in params if p.requires_grad)
     return trainable, sum(p.numel() for p in params)
