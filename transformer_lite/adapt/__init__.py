@@ -1,6 +1,7 @@
 """Adaptation tier (chapter 13): take a model that was trained already
 and make it serve something new. LoRA adds a small trainable update to
-chosen linear layers of a frozen model (:mod:`transformer_lite.adapt.lora`);
+chosen linear layers of a frozen model (:mod:`transformer_lite.adapt.lora`,
+its checks and adapter files in :mod:`transformer_lite.adapt.lora_checks`);
 the interop functions load the weights of Hugging Face's GPT-2 and BERT
 into the book's own classes (:mod:`transformer_lite.adapt.hf`).
 

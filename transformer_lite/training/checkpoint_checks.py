@@ -63,10 +63,14 @@ def check_plain(value: object, where: str) -> None:
         )
 
 
-def check_archive(path: Path) -> None:
+def check_archive(
+    path: Path, *, kind: str = "checkpoint", saver: str = "save_checkpoint"
+) -> None:
     """The file must be a zip archive (what ``torch.save`` writes) whose
     records are stored uncompressed inside the file: then reading it
-    allocates no more than the file's size."""
+    allocates no more than the file's size. ``kind`` and ``saver`` name
+    the file and the function that writes it in the messages (a LoRA
+    adapter, chapter 13, is read the same way)."""
     size = path.stat().st_size
     try:
         with zipfile.ZipFile(path) as archive:
@@ -78,8 +82,8 @@ def check_archive(path: Path) -> None:
         NotImplementedError,
     ) as err:  # NotImplementedError: a zip version or method zipfile lacks
         raise ValueError(
-            f"cannot read checkpoint {path} (corrupt, truncated, or not "
-            f"saved by save_checkpoint): {err}"
+            f"cannot read {kind} {path} (corrupt, truncated, or not "
+            f"saved by {saver}): {err}"
         ) from err
     for record in records:
         if (
@@ -88,7 +92,7 @@ def check_archive(path: Path) -> None:
             or record.header_offset + record.compress_size > size
         ):
             raise ValueError(
-                f"cannot read checkpoint {path}: record {record.filename!r} "
+                f"cannot read {kind} {path}: record {record.filename!r} "
                 "is compressed or reaches past the end of the file "
                 "(torch.save stores records uncompressed)"
             )
