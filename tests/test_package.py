@@ -115,6 +115,10 @@ try:
     import transformer_lite.tasks.tokenizer
 except ImportError as err:
     print("refused:", err)
+try:
+    import transformer_lite.adapt.gpt2
+except ImportError as err:
+    print("refused:", err)
 print("core ok")
 """
     run = subprocess.run(
@@ -126,12 +130,14 @@ print("core ok")
     assert run.returncode == 0, run.stderr[-3000:]
     assert "core ok" in run.stdout
     assert "transformer-lite[translate]" in run.stdout
+    assert "transformer-lite[hf]" in run.stdout
     listed = subprocess.run(
         [str(python), "-m", "pip", "list", "--format=freeze"],
         capture_output=True,
         text=True,
     ).stdout
-    for extra in ("tokenizers", "sacrebleu", "num2words", "altair"):
+    extras = ("tokenizers", "sacrebleu", "num2words", "altair", "transformers")
+    for extra in extras:
         assert extra not in listed.lower()
 
 
