@@ -65,6 +65,7 @@ def test_json_holds_every_measurement(quick_run):
         "decoding",
         "attention",
         "generation",
+        "rivals",
         "targets",
     }
     assert written["repeats"] == 1
@@ -111,18 +112,39 @@ def test_the_language_model_row_gives_the_same_tokens(quick_run):
     assert row["same_tokens"] is True and row["speedup"] > 0
 
 
+def test_the_rivals_compute_the_same_function(quick_run):
+    """Ours is loaded from the Hugging Face GPT-2 it is timed against:
+    same parameter count in all three, same greedy tokens as HF's
+    generate, and a paired ratio for each rival."""
+    _, written, _ = quick_run
+    rivals = written["rivals"]
+    training = rivals["training"]
+    assert training["same_parameter_count"] is True
+    for name in ("Hugging Face GPT-2", "nn.TransformerEncoder"):
+        assert training[name]["paired_ratio"] > 0
+        assert len(training[name]["times_s"]) == 1
+    generation = rivals["generation"]
+    assert generation["same_tokens"] is True
+    assert generation["new_tokens"] == max(QUICK.decode_tokens)
+    targets = written["targets"]
+    assert {"lm_over_hf", "lm_over_torch", "generation_over_hf"} <= set(
+        targets
+    )
+
+
 def test_printout_is_markdown_tables(quick_run):
     _, written, text = quick_run
     for title in ("Machine", "Training step", "Greedy decoding"):
         assert f"## {title}" in text
     assert "## Attention alone" in text and "## Targets" in text
     assert "## Language model: generation (greedy)" in text
+    assert "## Language model against its rivals" in text
     tables = [
         block.splitlines()
         for block in text.split("\n\n")
         if block.startswith("| ")
     ]
-    assert len(tables) == 6
+    assert len(tables) == 8
     for lines in tables:
         columns = lines[0].count("|")
         assert lines[1].startswith("|---")
