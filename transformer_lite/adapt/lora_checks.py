@@ -20,7 +20,10 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lite.checks import check_int, check_real
-from transformer_lite.training.checkpoint_checks import check_archive
+from transformer_lite.training.checkpoint_checks import (
+    check_archive,
+    check_named_tensors,
+)
 
 __all__ = [
     "ADAPTER_FORMAT",
@@ -282,30 +285,6 @@ def check_shapes(stored: dict, shapes: dict, path: Path) -> None:
 def check_tensors(stored: dict, want: dict[str, Tensor], path: Path) -> None:
     """The names the model needs (``want``), no more and no fewer, each
     a strided floating tensor of the model's shape with finite values."""
-    missing = sorted(set(want) - set(stored))
-    extra = sorted(map(str, set(stored) - set(want)))
-    if missing or extra:
-        raise ValueError(
-            f"adapter {path} does not hold the tensors the model needs: "
-            f"missing {missing[:5]}{'...' * (len(missing) > 5)}, "
-            f"unexpected {extra[:5]}{'...' * (len(extra) > 5)}"
-        )
-    for name, p in want.items():
-        got = stored[name]
-        if (
-            not isinstance(got, Tensor)
-            or got.layout != torch.strided
-            or not got.dtype.is_floating_point
-            or got.shape != p.shape
-        ):
-            what = (
-                f"{got.dtype} {got.layout} tensor of shape {tuple(got.shape)}"
-                if isinstance(got, Tensor)
-                else type(got).__name__
-            )
-            raise ValueError(
-                f"adapter {path}: {name} is a {what}, expected a floating "
-                f"tensor of shape {tuple(p.shape)}"
-            )
-        if not torch.isfinite(got).all():
-            raise ValueError(f"adapter {path}: {name} holds NaN or inf")
+    check_named_tensors(
+        stored, want, f"adapter {path}", "the tensors the model needs"
+    )

@@ -10,6 +10,7 @@ saving side: only what ``torch.load(weights_only=True)`` can read.
 """
 
 import zipfile
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 
@@ -20,10 +21,11 @@ from transformer_lite.model import Transformer, TransformerConfig
 from transformer_lite.schemes import scheme
 
 __all__ = [
-    "CHECKPOINT_FORMAT",
     "ADDED_FIELDS",
+    "CHECKPOINT_FORMAT",
     "PARTS",
     "check_archive",
+    "check_named_tensors",
     "check_plain",
     "check_size",
     "check_structure",
@@ -197,16 +199,29 @@ def check_weights(weights: dict, config: TransformerConfig, path: Path):
             )
     with torch.device("meta"):
         expected = Transformer(config).state_dict()
-    missing = sorted(set(expected) - set(weights))
-    unexpected = sorted(set(weights) - set(expected), key=str)
+    check_named_tensors(
+        weights, expected, f"checkpoint {path}", "the weights its config "
+        "describes"
+    )  # fmt: skip
+
+
+def check_named_tensors(
+    stored: dict, expected: Mapping[str, Tensor], file: str, needs: str
+) -> None:
+    """``stored`` holds the names of ``expected``, no more and no fewer,
+    each a strided floating tensor of the expected shape with finite
+    values; else a ``ValueError`` that names the ``file`` and what it
+    ``needs`` (a checkpoint's weights, an adapter's tensors)."""
+    missing = sorted(set(expected) - set(stored))
+    unexpected = sorted(set(stored) - set(expected), key=str)
     if missing or unexpected:
         raise ValueError(
-            f"checkpoint {path} does not hold the weights its config "
-            f"describes: missing {missing[:5]}{'...' * (len(missing) > 5)}, "
+            f"{file} does not hold {needs}: "
+            f"missing {missing[:5]}{'...' * (len(missing) > 5)}, "
             f"unexpected {unexpected[:5]}{'...' * (len(unexpected) > 5)}"
         )
     for name, want in expected.items():
-        got = weights[name]
+        got = stored[name]
         if (
             not isinstance(got, Tensor)
             or got.layout != torch.strided
@@ -214,13 +229,13 @@ def check_weights(weights: dict, config: TransformerConfig, path: Path):
             or got.shape != want.shape
         ):
             what = (
-                f"{got.dtype} {got.layout} of shape {tuple(got.shape)}"
+                f"{got.dtype} {got.layout} tensor of shape {tuple(got.shape)}"
                 if isinstance(got, Tensor)
                 else type(got).__name__
             )
             raise ValueError(
-                f"checkpoint {path}: {name} is a {what}, expected a "
-                f"floating tensor of shape {tuple(want.shape)}"
+                f"{file}: {name} is a {what}, expected a floating tensor "
+                f"of shape {tuple(want.shape)}"
             )
         if not torch.isfinite(got).all():
-            raise ValueError(f"checkpoint {path}: {name} holds NaN or inf")
+            raise ValueError(f"{file}: {name} holds NaN or inf")
