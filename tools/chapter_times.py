@@ -27,8 +27,6 @@ import xml.etree.ElementTree as ET
 from collections import defaultdict
 from pathlib import Path
 
-import jupytext
-
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 TIMINGS = ROOT / "transformer_lite" / "classroom" / "timings.json"
@@ -39,6 +37,8 @@ HIDDEN = {"remove-cell", "planted", "written"}  # written: the model answers
 
 def reading_minutes(path: Path) -> int:
     """Minutes to read chapter ``path``, prose and code, rounded up."""
+    import jupytext  # the venv's; the rest of this file needs nothing
+
     words = code = 0
     for cell in jupytext.read(path).cells:
         if HIDDEN & set(cell.metadata.get("tags", [])):
