@@ -19,7 +19,7 @@ from transformers import (  # noqa: E402
 )
 
 from transformer_lite.adapt.bert import from_hf_bert  # noqa: E402
-from transformer_lite.attention import set_attention_kernel  # noqa: E402
+from transformer_lite.attention import MultiHeadAttention  # noqa: E402
 from transformer_lite.lm import EncoderClassifier, EncoderModel  # noqa: E402
 
 V, PAD, TYPES = 37, 1, 3  # a pad id that is not 0, three token types
@@ -69,8 +69,10 @@ def batch():
 
 
 def ours_from(model, kernel: str):
-    ours = from_hf_bert(model)
-    set_attention_kernel(ours, kernel)
+    ours = from_hf_bert(model, kernel=kernel)
+    kernels = {m.kernel for m in ours.modules()
+               if isinstance(m, MultiHeadAttention)}  # fmt: skip
+    assert kernels == {kernel}
     return ours
 
 
@@ -166,6 +168,33 @@ def test_gradients_equal_bert(attention):
     close(head.output.bias.grad, hf_head.decoder.bias.grad)
 
 
+@pytest.mark.parametrize(
+    "kind, fields",
+    [
+        (BertModel, {}),
+        (BertForMaskedLM, {}),
+        (BertForMaskedLM, dict(tie_word_embeddings=False)),
+        (BertForSequenceClassification, dict(num_labels=3)),
+    ],
+)
+def test_every_weight_is_copied_bit_for_bit(kind, fields):
+    """Ours holds as many numbers as BERT, each of our tensors equal to
+    one of BERT's, exactly (a copy through float32 would round)."""
+    model = hf_model(kind, **fields)
+    ours = from_hf_bert(model)
+    theirs = list(model.parameters())  # each shared tensor once
+    if kind is BertForMaskedLM:  # untied, predictions.bias is unused
+        head = model.cls.predictions
+        if head.bias is not head.decoder.bias:
+            theirs = [q for q in theirs if q is not head.bias]
+    assert ours.count_parameters() == sum(p.numel() for p in theirs)
+    for name, p in ours.named_parameters():
+        assert p.dtype == torch.float64, name
+        assert any(p.shape == q.shape and torch.equal(p, q) for q in theirs), (
+            name
+        )
+
+
 def test_the_copy_keeps_device_dtype_mode_and_the_random_stream():
     model = hf_model(BertModel).float().train()
     torch.manual_seed(11)
@@ -177,6 +206,16 @@ def test_the_copy_keeps_device_dtype_mode_and_the_random_stream():
     assert {p.dtype for p in ours.parameters()} == {torch.float32}
     assert ours.device == torch.device("cpu")
     assert from_hf_bert(model.eval()).training is False
+
+
+def test_the_copy_is_made_on_the_models_device(device):
+    model = hf_model().to(device)
+    ours = from_hf_bert(model)
+    assert ours.device == device
+    ids, types, mask = (t.to(device) for t in batch())
+    with torch.no_grad():
+        expected = model(ids, attention_mask=mask, token_type_ids=types)
+        close(ours(ids, types), expected.logits)
 
 
 def test_the_copy_is_independent_of_the_original():
@@ -219,13 +258,22 @@ def test_pad_id_is_needed_when_the_config_has_none():
         (dict(is_decoder=True, add_cross_attention=True), "decoder"),
         (dict(position_embedding_type="relative_key"), "relative_key"),
         (dict(hidden_act="silu"), "hidden_act='silu'"),
-        (dict(attention_probs_dropout_prob=0.2), "one dropout rate"),
+        (dict(attention_probs_dropout_prob=0.2), "pass dropout="),
     ],
 )
 def test_what_we_cannot_compute_is_refused(fields, match):
     model = hf_model(BertModel, **fields)
     with pytest.raises(ValueError, match=match):
         from_hf_bert(model)
+
+
+def test_dropout_is_chosen_when_the_two_rates_differ():
+    model = hf_model(BertModel, attention_probs_dropout_prob=0.2)
+    ours = from_hf_bert(model, dropout=0.2)
+    assert ours.config.dropout == 0.2
+    assert ours.encoder.layers[0].self_attn.dropout_p == 0.2
+    with pytest.raises(ValueError, match="dropout must be"):
+        from_hf_bert(model, dropout=1.5)
 
 
 def test_other_classes_are_refused():
@@ -235,8 +283,12 @@ def test_other_classes_are_refused():
         from_hf_bert(torch.nn.Linear(2, 2))
 
 
-def test_mixed_dtypes_are_refused():
+def test_mixed_dtypes_and_meta_weights_are_refused():
     model = hf_model(BertModel)
     model.pooler.float()
-    with pytest.raises(ValueError, match="one device and dtype"):
+    with pytest.raises(ValueError, match="one device and one dtype"):
         from_hf_bert(model)
+    with torch.device("meta"):
+        empty = BertModel(bert_config())
+    with pytest.raises(ValueError, match="meta device"):
+        from_hf_bert(empty)

@@ -125,10 +125,28 @@ def test_a_seeded_generator_gives_one_batch():
     assert not torch.equal(a[1], c[1])
 
 
-def test_dtype_and_device_are_kept():
+def test_the_dtype_is_kept():
     tokens = sentences(4, 10).int()
     inputs, targets = mask(tokens)
     assert inputs.dtype == torch.int32 and targets.dtype == torch.long
+
+
+def test_a_batch_on_a_device_is_drawn_by_its_generator(device):
+    """The draws are the generator's, on its device; the batch stays on
+    the tokens' device, whichever generator drew it."""
+    tokens = sentences(8, 16).to(device)
+    cpu = mask_tokens(tokens, vocab=V, mask_id=MASK, special_ids=SPECIAL,
+                      generator=generator(5))  # fmt: skip
+    here = torch.Generator(device).manual_seed(5)
+    ours = mask_tokens(tokens, vocab=V, mask_id=MASK, special_ids=SPECIAL,
+                       generator=here)  # fmt: skip
+    for inputs, targets in (cpu, ours):
+        assert inputs.device == targets.device == tokens.device
+        chosen = targets != IGNORE_INDEX
+        assert torch.equal(targets[chosen], tokens[chosen])
+        assert (tokens[chosen] >= FIRST).all()
+    if device.type == "cpu":
+        assert torch.equal(cpu[1], ours[1])
 
 
 def test_rows_without_eligible_tokens_choose_nothing():

@@ -1,25 +1,35 @@
 """Hugging Face's BERT in the book's own classes (chapter 13).
 
+BERT is the book's encoder-only model with published settings: the
+post-LN encoder layer of chapter 5 with the exact (erf) GELU and
+LayerNorm's epsilon at 1e-12, inputs that sum token, token-type and
+learned position vectors and normalise them (no sqrt(d_model) factor),
+a masked-LM head tied to the token embedding, and a pooler.
 :func:`from_hf_bert` reads a ``BertModel``, ``BertForMaskedLM`` or
-``BertForSequenceClassification`` and builds the
-:class:`~transformer_lite.lm.EncoderModel` (or
-:class:`~transformer_lite.lm.EncoderClassifier`) of the same sizes, with
-every weight copied: the two compute the same function, layer by layer
-(``tests/test_bert.py`` checks it in float64). BERT's layer is the
-post-LN encoder layer of chapter 5 with GELU and LayerNorm's epsilon at
-1e-12; its embeddings are normalised and have no sqrt(d_model) factor.
+``BertForSequenceClassification``, builds the
+:class:`~transformer_lite.lm.masked.EncoderModel` (or
+:class:`~transformer_lite.lm.masked.EncoderClassifier`) of the same
+sizes and copies every weight, so the two compute the same function,
+layer by layer. Hugging Face's ``nn.Linear`` layers store what ours
+store: nothing is transposed or cut.
 
-What the book's classes cannot compute is refused with a clear error:
-a decoder (causal or with cross-attention), relative position
-embeddings, an activation other than ReLU and the two GELUs, different
-dropout rates in attention and elsewhere (the layers have one).
+What the book's encoder cannot compute is refused, with the setting
+named: a decoder (``is_decoder``, ``add_cross_attention``), relative
+position embeddings, an activation other than ReLU and the two forms of
+GELU. Dropout: BERT has two rates (on the attention weights, and
+everywhere else), the book's layers one; the copy takes the shared
+rate and asks for ``dropout=`` when they differ (dropout acts only in
+training, never on the outputs compared).
 
-Needs the ``[hf]`` extra (``transformers``).
+Ours builds its padding mask from ``pad_id`` where BERT reads an
+``attention_mask``: the two agree for ``attention_mask = (input_ids !=
+pad_id)``.
 """
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
+from transformer_lite.checks import check_real
 from transformer_lite.extras import require
 from transformer_lite.lm.masked import (
     EncoderClassifier,
@@ -29,204 +39,236 @@ from transformer_lite.lm.masked import (
 
 __all__ = ["HF_ACTIVATIONS", "from_hf_bert"]
 
-# Hugging Face's names of the activations the layers have (ACT2FN).
+hf_bert = require("transformers.models.bert.modeling_bert", "hf")
+
+# Hugging Face's names (ACT2FN) of the activations the book's layers
+# compute (layers.ACTIVATIONS).
 HF_ACTIVATIONS = {
-    "relu": "relu",
     "gelu": "gelu",  # the exact, erf form: BERT's
     "gelu_python": "gelu",
-    "gelu_new": "gelu_tanh",  # GPT-2's tanh approximation
+    "gelu_new": "gelu_tanh",  # the tanh form, written out by hand
     "gelu_pytorch_tanh": "gelu_tanh",
     "gelu_python_tanh": "gelu_tanh",
+    "relu": "relu",
 }
 
 
-def _refuse_unless_encoder(hf) -> None:
-    """Raise a ``ValueError`` for a configuration the book's encoder does
-    not compute exactly."""
-    if hf.is_decoder or hf.add_cross_attention:
-        raise ValueError(
-            "a BERT decoder (is_decoder=True or add_cross_attention=True) "
-            "attends causally or to an encoder's output: the encoder "
-            "model reproduces only BERT's bidirectional encoder"
-        )
+def _check_settings(hf) -> None:
+    """Refuse the settings the book's encoder cannot reproduce."""
+    for name in ("is_decoder", "add_cross_attention"):
+        if getattr(hf, name):
+            raise ValueError(
+                f"cannot load a BERT with {name}=True: it attends "
+                "causally or to an encoder's states, and the book's "
+                "encoder model is BERT's bidirectional encoder only "
+                f"(expected {name}=False)"
+            )
     kind = getattr(hf, "position_embedding_type", "absolute")
     if kind != "absolute":
         raise ValueError(
-            f"position_embedding_type={kind!r} is not reproduced: the "
-            "encoder model has BERT's learned absolute positions only"
+            f"cannot load a BERT with position_embedding_type={kind!r}: "
+            "the book's encoder model adds learned absolute positions "
+            "(expected 'absolute')"
         )
     act = hf.hidden_act
     if not isinstance(act, str) or act not in HF_ACTIVATIONS:
         raise ValueError(
-            f"hidden_act={act!r} is not one of the layers' activations; "
-            f"accepted: {', '.join(HF_ACTIVATIONS)}"
+            f"cannot load a BERT with hidden_act={act!r}: the book's "
+            f"layers compute {', '.join(HF_ACTIVATIONS)}"
         )
-    if hf.hidden_dropout_prob != hf.attention_probs_dropout_prob:
+
+
+def _dropout(hf, dropout: float | None) -> float:
+    """The one dropout rate: ``dropout`` if given, else BERT's two rates
+    if they agree."""
+    if dropout is not None:
+        return check_real(
+            "dropout", dropout, low=0.0, high=1.0, high_open=True
+        )
+    hidden, attention = hf.hidden_dropout_prob, hf.attention_probs_dropout_prob
+    if hidden != attention:
         raise ValueError(
-            "the layers have one dropout rate, got hidden_dropout_prob="
-            f"{hf.hidden_dropout_prob} and attention_probs_dropout_prob="
-            f"{hf.attention_probs_dropout_prob}; set them equal (in eval "
-            "mode neither matters)"
+            f"BERT's dropout rates differ (hidden_dropout_prob={hidden}, "
+            f"attention_probs_dropout_prob={attention}) and the book's "
+            "layers have one: pass dropout= to choose it (it changes "
+            "training, not the outputs)"
         )
+    return float(hidden)
 
 
-def _config(hf, *, pad_id, mlm_head: bool, pooler: bool, tied: bool):
-    if pad_id is None:
-        pad_id = hf.pad_token_id
+def _place(model: nn.Module) -> tuple[torch.device, torch.dtype]:
+    """The one device and floating dtype of every weight of ``model``."""
+    places = {(p.device, p.dtype) for p in model.parameters()}
+    if len(places) != 1:
+        found = ", ".join(sorted(f"{d} {t}" for d, t in places))
+        raise ValueError(
+            "the BERT's weights must share one device and one dtype, "
+            f"found {found}"
+        )
+    ((device, dtype),) = places
+    if not dtype.is_floating_point:
+        raise ValueError(
+            f"the BERT's weights must be floating point, got {dtype}"
+        )
+    if device.type == "meta":
+        raise ValueError(
+            "the BERT's weights are on the meta device: they hold no "
+            "values to copy (load the model without device_map offloading)"
+        )
+    return device, dtype
+
+
+def _pieces(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
+    """The ``BertModel`` of ``model`` and its masked-LM head (or None)."""
+    if isinstance(model, hf_bert.BertModel):
+        return model, None
+    if isinstance(model, hf_bert.BertForMaskedLM):
+        return model.bert, model.cls.predictions
+    if isinstance(model, hf_bert.BertForSequenceClassification):
+        return model.bert, None
+    raise ValueError(
+        "model must be a Hugging Face BertModel, BertForMaskedLM or "
+        f"BertForSequenceClassification, got {type(model).__name__}"
+    )
+
+
+def _params(module: nn.Module) -> dict[str, Tensor]:
+    """The weight and bias of a Linear or LayerNorm (an Embedding's
+    weight), by name."""
+    names = ("weight", "bias")
+    return {n: getattr(module, n) for n in names if hasattr(module, n)}
+
+
+def _state(
+    body: nn.Module, head: nn.Module | None, config: EncoderConfig
+) -> dict[str, Tensor]:
+    """Every weight of a ``BertModel`` (and of its masked-LM head) under
+    the names of the book's :class:`EncoderModel` (its state dict, tied
+    output included)."""
+    e = body.embeddings
+    parts = {
+        "embedding.token": e.word_embeddings,
+        "embedding.position": e.position_embeddings,
+        "embedding.norm": e.LayerNorm,
+    }
+    if config.type_vocab:
+        parts["embedding.token_type"] = e.token_type_embeddings
+    for i, layer in enumerate(body.encoder.layer):
+        attention = layer.attention
+        parts |= {
+            f"encoder.layers.{i}.self_attn.w_q": attention.self.query,
+            f"encoder.layers.{i}.self_attn.w_k": attention.self.key,
+            f"encoder.layers.{i}.self_attn.w_v": attention.self.value,
+            f"encoder.layers.{i}.self_attn.w_o": attention.output.dense,
+            f"encoder.layers.{i}.norm1": attention.output.LayerNorm,
+            f"encoder.layers.{i}.feed_forward.w_1": layer.intermediate.dense,
+            f"encoder.layers.{i}.feed_forward.w_2": layer.output.dense,
+            f"encoder.layers.{i}.norm2": layer.output.LayerNorm,
+        }
+    if config.pooler:
+        parts["pooler.dense"] = body.pooler.dense
+    if head is not None:  # the decoder's bias is what its forward adds
+        parts["mlm_head.dense"] = head.transform.dense
+        parts["mlm_head.norm"] = head.transform.LayerNorm
+        parts["mlm_head.output"] = head.decoder
+    if head is not None and head.decoder.bias is None:
+        raise ValueError("the masked-LM decoder has no bias; BERT's has one")
+    return {
+        f"{module}.{name}": tensor
+        for module, hf_module in parts.items()
+        for name, tensor in _params(hf_module).items()
+    }
+
+
+def _config(
+    hf,
+    body: nn.Module,
+    head: nn.Module | None,
+    *,
+    pad_id: int | None,
+    kernel: str,
+    dropout: float | None,
+) -> EncoderConfig:
+    """The :class:`EncoderConfig` of what ``hf`` (a ``BertConfig``) and
+    the modules present describe."""
+    _check_settings(hf)
+    pad_id = hf.pad_token_id if pad_id is None else pad_id
     if pad_id is None:
         raise ValueError(
             "the BERT config has no pad_token_id: pass pad_id=, the id "
-            "whose positions are masked out (the model builds its "
+            "whose positions are masked out (the book's model builds its "
             "padding mask from it, where BERT reads attention_mask)"
         )
+    tied = bool(hf.tie_word_embeddings)  # no output layer: as configured
+    if head is not None:  # tied if the decoder's weight is the embedding
+        tied = head.decoder.weight is body.embeddings.word_embeddings.weight
     return EncoderConfig(
         vocab=hf.vocab_size,
         n_layers=hf.num_hidden_layers,
         d_model=hf.hidden_size,
         d_ff=hf.intermediate_size,
         n_heads=hf.num_attention_heads,
-        dropout=float(hf.hidden_dropout_prob),
+        dropout=_dropout(hf, dropout),
         max_len=hf.max_position_embeddings,
         type_vocab=hf.type_vocab_size,
         pad_id=pad_id,
         activation=HF_ACTIVATIONS[hf.hidden_act],
         norm_eps=float(hf.layer_norm_eps),
         tie_embeddings=tied,
-        mlm_head=mlm_head,
-        pooler=pooler,
+        mlm_head=head is not None,
+        pooler=body.pooler is not None,
+        kernel=kernel,
     )
 
 
-def _copy(ours: nn.Module, theirs: nn.Module, name: str) -> None:
-    """Copy the weight and bias of a Linear, LayerNorm or Embedding."""
-    for attr in ("weight", "bias"):
-        target, source = getattr(ours, attr, None), getattr(theirs, attr, None)
-        if (target is None) != (source is None):
-            raise ValueError(f"{name}.{attr}: one side has none")
-        if target is None:
-            continue
-        if target.shape != source.shape:
-            raise ValueError(
-                f"{name}.{attr} has shape {tuple(source.shape)}, expected "
-                f"{tuple(target.shape)}"
-            )
-        target.copy_(source)
-
-
-def _load_encoder(ours: EncoderModel, bert) -> None:
-    """Copy a ``BertModel``'s embeddings, layers and pooler."""
-    e, their_e = ours.embedding, bert.embeddings
-    _copy(e.token, their_e.word_embeddings, "word_embeddings")
-    _copy(e.position, their_e.position_embeddings, "position_embeddings")
-    if e.token_type is not None:
-        _copy(e.token_type, their_e.token_type_embeddings,
-              "token_type_embeddings")  # fmt: skip
-    _copy(e.norm, their_e.LayerNorm, "embeddings.LayerNorm")
-    for i, (layer, theirs) in enumerate(
-        zip(ours.encoder.layers, bert.encoder.layer, strict=True)
-    ):
-        at = f"encoder.layer.{i}"
-        attention = theirs.attention
-        pairs = [
-            (layer.self_attn.w_q, attention.self.query, "query"),
-            (layer.self_attn.w_k, attention.self.key, "key"),
-            (layer.self_attn.w_v, attention.self.value, "value"),
-            (layer.self_attn.w_o, attention.output.dense, "output.dense"),
-            (layer.norm1, attention.output.LayerNorm, "LayerNorm"),
-            (layer.feed_forward.w_1, theirs.intermediate.dense,
-             "intermediate.dense"),
-            (layer.feed_forward.w_2, theirs.output.dense, "output.dense"),
-            (layer.norm2, theirs.output.LayerNorm, "output.LayerNorm"),
-        ]  # fmt: skip
-        for mine, hf_module, name in pairs:
-            _copy(mine, hf_module, f"{at}.{name}")
-    if ours.pooler is not None:
-        _copy(ours.pooler.dense, bert.pooler.dense, "pooler.dense")
-
-
-def _load_mlm_head(ours: EncoderModel, cls) -> None:
-    """Copy ``BertOnlyMLMHead`` (``cls``): the transform and the output
-    layer (its weight unless tied to the embedding; its bias always)."""
-    predictions, head = cls.predictions, ours.mlm_head
-    _copy(head.dense, predictions.transform.dense, "transform.dense")
-    _copy(head.norm, predictions.transform.LayerNorm, "transform.LayerNorm")
-    if predictions.decoder.bias is None:
-        raise ValueError("the MLM decoder has no bias; BERT's has one")
-    if not ours.config.tie_embeddings:
-        _copy(head.output, predictions.decoder, "predictions.decoder")
-    else:
-        head.output.bias.copy_(predictions.decoder.bias)
-
-
-def _placement(model: nn.Module) -> tuple[torch.device, torch.dtype]:
-    """The one device and floating dtype of ``model``'s parameters."""
-    places = {(p.device, p.dtype) for p in model.parameters()}
-    if len(places) != 1:
-        raise ValueError(
-            "the model's parameters must share one device and dtype, got "
-            f"{sorted(str(p) for p in places)}"
-        )
-    return places.pop()
-
-
 def from_hf_bert(
-    model: nn.Module, *, pad_id: int | None = None
+    model: nn.Module,
+    *,
+    pad_id: int | None = None,
+    kernel: str = "fused",
+    dropout: float | None = None,
 ) -> EncoderModel | EncoderClassifier:
-    """The book's model with the weights of Hugging Face's BERT.
+    """The book's model holding a Hugging Face BERT's weights: the same
+    outputs, on the same device, in the same dtype, in the same training
+    or eval mode.
 
     * ``BertModel``: an :class:`EncoderModel` without the masked-LM head
       (``mlm_head=False``), with the pooler if ``model`` has one;
     * ``BertForMaskedLM``: an :class:`EncoderModel` with the head and no
-      pooler (BERT's masked-LM model has none); the output layer tied to
-      the embedding unless ``model``'s is not;
+      pooler (Hugging Face builds this model without one); its output
+      tied to the embedding unless ``model``'s is not;
     * ``BertForSequenceClassification``: an :class:`EncoderClassifier`
-      (its dropout ``classifier_dropout``, else the hidden dropout).
-
-    The copy is built on ``model``'s device and in its dtype, draws
-    nothing from the caller's random stream, and is in ``model``'s
-    training or eval mode. Ours builds its padding mask from ``pad_id``
-    (default: the config's ``pad_token_id``): it equals ``model`` called
-    with ``attention_mask = (input_ids != pad_id)``.
+      (its dropout ``model``'s, ``classifier_dropout`` or the hidden
+      rate).
 
     Args:
         model: the Hugging Face model.
-        pad_id: the padding id, if not the config's.
+        pad_id: the padding id; None: the config's ``pad_token_id``.
+        kernel: the attention kernel (``attention.KERNELS``).
+        dropout: the one dropout rate; None: BERT's, when its two rates
+            agree (a ``ValueError`` when they do not).
 
-    Raises:
-        ValueError: another class, or a configuration the book's
-            encoder does not compute exactly (see the module's
-            docstring).
+    A setting the book's model cannot reproduce (see the module
+    docstring) raises a ``ValueError`` that names it.
     """
-    bert_module = require("transformers.models.bert.modeling_bert", "hf")
-    known = (
-        bert_module.BertForSequenceClassification,
-        bert_module.BertForMaskedLM,
-        bert_module.BertModel,
-    )
-    if not isinstance(model, known):
-        raise ValueError(
-            "model must be a BertModel, BertForMaskedLM or "
-            f"BertForSequenceClassification, got {type(model).__name__}"
-        )
-    hf = model.config
-    _refuse_unless_encoder(hf)
-    device, dtype = _placement(model)
-    bert = model if isinstance(model, bert_module.BertModel) else model.bert
-    masked_lm = isinstance(model, bert_module.BertForMaskedLM)
-    tied = bool(hf.tie_word_embeddings)  # no output layer but MLM's
-    if masked_lm:  # tied if the decoder's weight is the embedding's
-        decoder = model.cls.predictions.decoder
-        tied = decoder.weight is bert.embeddings.word_embeddings.weight
-    config = _config(hf, pad_id=pad_id, mlm_head=masked_lm,
-                     pooler=bert.pooler is not None, tied=tied)  # fmt: skip
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        ours = EncoderModel(config).to(device=device, dtype=dtype)
-        _load_encoder(ours, bert)
-        if masked_lm:
-            _load_mlm_head(ours, model.cls)
-        if isinstance(model, bert_module.BertForSequenceClassification):
+    body, head = _pieces(model)
+    config = _config(model.config, body, head, pad_id=pad_id, kernel=kernel,
+                     dropout=dropout)  # fmt: skip
+    device, dtype = _place(model)
+    # The random start is overwritten: leave the caller's generator be.
+    with torch.random.fork_rng(devices=[]):
+        ours = EncoderModel(config)
+        if isinstance(model, hf_bert.BertForSequenceClassification):
             ours = EncoderClassifier(
-                ours, hf.num_labels, dropout=model.dropout.p
+                ours, model.config.num_labels, dropout=model.dropout.p
             )
-            _copy(ours.head, model.classifier, "classifier")
+    # In the weights' own dtype before copying: float64 stays float64.
+    ours.to(device=device, dtype=dtype)
+    state = _state(body, head, config)
+    if isinstance(ours, EncoderClassifier):
+        state = {f"encoder.{name}": t for name, t in state.items()}
+        state |= {f"head.{n}": t for n, t in _params(model.classifier).items()}
+    with torch.no_grad():
+        # strict: every weight of ours is written, nothing is left over
+        ours.load_state_dict(state, strict=True)
     return ours.train(model.training)

@@ -42,7 +42,10 @@ from transformer_lite.tokens import (
 __all__ = [
     "EncoderClassifier",
     "EncoderConfig",
+    "EncoderEmbedding",
     "EncoderModel",
+    "MaskedLMHead",
+    "Pooler",
     "make_encoder",
 ]
 
