@@ -19,7 +19,9 @@ position embeddings, an activation other than ReLU and the two forms of
 GELU. Dropout: BERT has two rates (on the attention weights, and
 everywhere else), the book's layers one; the copy takes the shared
 rate and asks for ``dropout=`` when they differ (dropout acts only in
-training, never on the outputs compared).
+training, never on the outputs compared). The book's feed-forward
+network also drops after its activation, where BERT does not, so a
+training step with dropout on is not Hugging Face's draw for draw.
 
 Ours builds its padding mask from ``pad_id`` where BERT reads an
 ``attention_mask``: the two agree for ``attention_mask = (input_ids !=
