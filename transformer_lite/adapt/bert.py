@@ -31,7 +31,7 @@ pad_id)``.
 import torch
 from torch import Tensor, nn
 
-from transformer_lite.checks import check_real
+from transformer_lite.adapt.hf_weights import one_dropout, weights_place
 from transformer_lite.extras import require
 from transformer_lite.lm.masked import (
     EncoderClassifier,
@@ -42,6 +42,9 @@ from transformer_lite.lm.masked import (
 __all__ = ["HF_ACTIVATIONS", "from_hf_bert"]
 
 hf_bert = require("transformers.models.bert.modeling_bert", "hf")
+
+# BERT's two dropout rates: every sublayer's output, attention weights
+BERT_DROPOUTS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
 # Hugging Face's names (ACT2FN) of the activations the book's layers
 # compute (layers.ACTIVATIONS).
@@ -78,46 +81,6 @@ def _check_settings(hf) -> None:
             f"cannot load a BERT with hidden_act={act!r}: the book's "
             f"layers compute {', '.join(HF_ACTIVATIONS)}"
         )
-
-
-def _dropout(hf, dropout: float | None) -> float:
-    """The one dropout rate: ``dropout`` if given, else BERT's two rates
-    if they agree."""
-    if dropout is not None:
-        return check_real(
-            "dropout", dropout, low=0.0, high=1.0, high_open=True
-        )
-    hidden, attention = hf.hidden_dropout_prob, hf.attention_probs_dropout_prob
-    if hidden != attention:
-        raise ValueError(
-            f"BERT's dropout rates differ (hidden_dropout_prob={hidden}, "
-            f"attention_probs_dropout_prob={attention}) and the book's "
-            "layers have one: pass dropout= to choose it (it changes "
-            "training, not the outputs)"
-        )
-    return float(hidden)
-
-
-def _place(model: nn.Module) -> tuple[torch.device, torch.dtype]:
-    """The one device and floating dtype of every weight of ``model``."""
-    places = {(p.device, p.dtype) for p in model.parameters()}
-    if len(places) != 1:
-        found = ", ".join(sorted(f"{d} {t}" for d, t in places))
-        raise ValueError(
-            "the BERT's weights must share one device and one dtype, "
-            f"found {found}"
-        )
-    ((device, dtype),) = places
-    if not dtype.is_floating_point:
-        raise ValueError(
-            f"the BERT's weights must be floating point, got {dtype}"
-        )
-    if device.type == "meta":
-        raise ValueError(
-            "the BERT's weights are on the meta device: they hold no "
-            "values to copy (load the model without device_map offloading)"
-        )
-    return device, dtype
 
 
 def _pieces(model: nn.Module) -> tuple[nn.Module, nn.Module | None]:
@@ -210,7 +173,7 @@ def _config(
         d_model=hf.hidden_size,
         d_ff=hf.intermediate_size,
         n_heads=hf.num_attention_heads,
-        dropout=_dropout(hf, dropout),
+        dropout=one_dropout("BERT", hf, BERT_DROPOUTS, dropout),
         max_len=hf.max_position_embeddings,
         type_vocab=hf.type_vocab_size,
         pad_id=pad_id,
@@ -256,7 +219,7 @@ def from_hf_bert(
     body, head = _pieces(model)
     config = _config(model.config, body, head, pad_id=pad_id, kernel=kernel,
                      dropout=dropout)  # fmt: skip
-    device, dtype = _place(model)
+    device, dtype = weights_place(model, "BERT")
     # The random start is overwritten: leave the caller's generator be.
     with torch.random.fork_rng(devices=[]):
         ours = EncoderModel(config)

@@ -25,9 +25,9 @@ from transformer_lite.checks import (
     check_real,
 )
 from transformer_lite.layers import (
-    ACTIVATIONS,
     Encoder,
     activation_module,
+    check_activation,
     check_norm_eps,
     glorot_init,
 )
@@ -86,11 +86,7 @@ class EncoderConfig:
         for name in ("tie_embeddings", "mlm_head", "pooler"):
             check_bool(name, getattr(self, name))
         check_norm_eps(self.norm_eps)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {', '.join(ACTIVATIONS)}, "
-                f"got {self.activation!r}"
-            )
+        check_activation(self.activation)
         check_kernel(self.kernel)
         check_heads(self.d_model, self.n_heads)
         check_int("pad_id", self.pad_id)

@@ -93,13 +93,13 @@ def mask_tokens(
 
     Each row with n eligible positions (neither ``pad_id``, ``mask_id``
     nor one of ``special_ids``) has exactly k = max(1, floor(p n + 1/2))
-    of them chosen, uniformly at random. A fixed count per row, as
+    of them chosen, uniformly at random. A fixed count per row, as in
     Google's BERT data pipeline (``create_pretraining_data.py``, which
-    also caps it), rather than a coin per position (Hugging Face's
-    collator): every row with a real token teaches something, so no
-    batch has a loss over zero tokens, and a batch's target count does
-    not vary by chance. Each chosen
-    position then independently becomes ``mask_id`` with probability
+    counts [CLS] and [SEP] in n and caps k), rather than a coin per
+    position (Hugging Face's collator): every row with a real token
+    teaches something, so no batch has a loss over zero tokens, and a
+    batch's target count does not vary by chance. Each chosen position
+    then independently becomes ``mask_id`` with probability
     ``mask_rate``, a random token with probability ``random_rate``, and
     stays itself otherwise.
 
