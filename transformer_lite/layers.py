@@ -31,6 +31,7 @@ __all__ = [
     "EncoderLayer",
     "FeedForward",
     "activation_module",
+    "check_activation",
     "check_norm_eps",
     "glorot_init",
 ]
@@ -53,17 +54,23 @@ def check_norm_eps(norm_eps: object) -> float:
     return eps
 
 
+def check_activation(name: object) -> str:
+    """``name`` if it is one of :data:`ACTIVATIONS`."""
+    if not isinstance(name, str) or name not in ACTIVATIONS:
+        raise ValueError(
+            f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}"
+        )
+    return name
+
+
 def activation_module(name: str) -> nn.Module:
     """The module of the activation ``name`` (one of :data:`ACTIVATIONS`)."""
-    if name == "relu":
-        return nn.ReLU()
-    if name == "gelu":
-        return nn.GELU()
-    if name == "gelu_tanh":
-        return nn.GELU(approximate="tanh")
-    raise ValueError(
-        f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}"
-    )
+    modules = {
+        "relu": nn.ReLU,
+        "gelu": nn.GELU,
+        "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
+    }
+    return modules[check_activation(name)]()
 
 
 def glorot_init(model: nn.Module, keep: Sequence[str] = ()) -> None:

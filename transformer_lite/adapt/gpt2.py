@@ -38,13 +38,16 @@ Face's draw for draw.
 import torch
 from torch import Tensor, nn
 
-from transformer_lite.checks import check_real
+from transformer_lite.adapt.hf_weights import one_dropout, weights_place
 from transformer_lite.extras import require
 from transformer_lite.lm.model import LanguageModel, LMConfig
 
 __all__ = ["ACTIVATION_NAMES", "from_hf_gpt2", "gpt2_lm_config"]
 
 transformers = require("transformers", "hf")
+
+# GPT-2's three dropout rates: embeddings, attention weights, sublayers
+GPT2_DROPOUTS = ("embd_pdrop", "attn_pdrop", "resid_pdrop")
 
 # Hugging Face's names of the activations the book's layers compute
 # (layers.ACTIVATIONS): "gelu_new" writes the tanh form out by hand,
@@ -97,27 +100,6 @@ def _check_settings(config) -> None:
         )
 
 
-def _dropout(config, dropout: float | None) -> float:
-    """The one dropout rate: ``dropout`` if given, else GPT-2's three
-    rates if they agree."""
-    if dropout is not None:
-        return check_real(
-            "dropout", dropout, low=0.0, high=1.0, high_open=True
-        )
-    rates = {
-        name: getattr(config, name)
-        for name in ("embd_pdrop", "attn_pdrop", "resid_pdrop")
-    }
-    if len(set(rates.values())) > 1:
-        given = ", ".join(f"{k}={v}" for k, v in rates.items())
-        raise ValueError(
-            f"GPT-2's dropout rates differ ({given}) and the book's model "
-            "has one: pass dropout= to choose it (it changes training, "
-            "not the logits)"
-        )
-    return rates["resid_pdrop"]
-
-
 def gpt2_lm_config(
     config, *, kernel: str = "fused", dropout: float | None = None
 ) -> LMConfig:
@@ -142,7 +124,7 @@ def gpt2_lm_config(
         d_model=config.n_embd,
         d_ff=d_ff,
         n_heads=config.n_head,
-        dropout=_dropout(config, dropout),
+        dropout=one_dropout("GPT-2", config, GPT2_DROPOUTS, dropout),
         norm_first=True,
         tie_embeddings=True,
         position="learned",
@@ -166,28 +148,6 @@ def _body(model: object) -> nn.Module:
             f"got {type(model).__name__}"
         )
     return model.transformer
-
-
-def _place(model: nn.Module) -> tuple[torch.device, torch.dtype]:
-    """The one device and floating dtype of every weight of ``model``."""
-    places = {(p.device, p.dtype) for p in model.parameters()}
-    if len(places) != 1:
-        found = ", ".join(sorted(f"{d} {t}" for d, t in places))
-        raise ValueError(
-            "the GPT-2's weights must share one device and one dtype, "
-            f"found {found}"
-        )
-    ((device, dtype),) = places
-    if not dtype.is_floating_point:
-        raise ValueError(
-            f"the GPT-2's weights must be floating point, got {dtype}"
-        )
-    if device.type == "meta":
-        raise ValueError(
-            "the GPT-2's weights are on the meta device: they hold no "
-            "values to copy (load the model without device_map offloading)"
-        )
-    return device, dtype
 
 
 def _check_tied(model: nn.Module) -> None:
@@ -272,7 +232,7 @@ def from_hf_gpt2(
     """
     body = _body(model)
     config = gpt2_lm_config(body.config, kernel=kernel, dropout=dropout)
-    device, dtype = _place(model)
+    device, dtype = weights_place(model, "GPT-2")
     _check_tied(model)
     # The random start is overwritten: leave the caller's generator be.
     with torch.random.fork_rng(devices=[]):

@@ -16,9 +16,9 @@ from transformer_lite.attention import check_kernel, set_attention_kernel
 from transformer_lite.cache import StackCache
 from transformer_lite.checks import check_bool, check_int, check_real
 from transformer_lite.layers import (
-    ACTIVATIONS,
     LAYER_NORM_EPS,
     EncoderLayer,
+    check_activation,
     check_norm_eps,
 )
 from transformer_lite.lm.memory import SegmentMemory
@@ -69,11 +69,7 @@ class LMConfig:
         for name in flags:
             check_bool(name, getattr(self, name))
         check_norm_eps(self.norm_eps)
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(
-                f"activation must be one of {', '.join(ACTIVATIONS)}, "
-                f"got {self.activation!r}"
-            )
+        check_activation(self.activation)
         check_kernel(self.kernel)
         check_widths(self.d_model, self.n_heads, self.position)
 
