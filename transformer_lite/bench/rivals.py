@@ -5,7 +5,9 @@ under a causal mask, the same sizes, side by side in one run.
 Ours is built by :func:`~transformer_lite.adapt.gpt2.from_hf_gpt2` from
 the very GPT-2 it is timed against, so the two compute the same
 function: the training rows time the same arithmetic written two ways,
-and greedy generation must give the same tokens. The PyTorch rival is
+and greedy generation must give the same tokens. The timed steps train
+the two apart (each its own dropout draws and updates), so ours is
+copied from Hugging Face's again before they generate. The PyTorch rival is
 the same decoder-only model made of PyTorch's own layers (pre-LN, GELU,
 learned positions, tied output layer).
 
@@ -152,6 +154,9 @@ def bench_rivals(s: Sizes, device: torch.device, repeats: int) -> dict:
     training["same_parameter_count"] = (
         training["parameters"] == hf_parameters == torch_parameters
     )
+    # The steps trained ours and Hugging Face's apart (each its own
+    # dropout draws and updates): copy HF's weights again to generate.
+    ours = from_hf_gpt2(hf, kernel="fused")
     return {
         "training": training,
         "generation": _generation(s, device, ours, hf, new_tokens),
