@@ -237,6 +237,7 @@ def test_the_config_is_read():
     assert (c.max_len, c.type_vocab, c.pad_id, c.norm_eps) == (
         24, TYPES, PAD, 1e-7)  # fmt: skip
     assert c.activation == "gelu"
+    assert c.inner_dropout is False  # BERT's FFN drops nothing inside
     assert from_hf_bert(model, pad_id=5).config.pad_id == 5
 
 

@@ -267,6 +267,7 @@ def test_the_config_round_trips_and_the_parameters_count_as_gpt2s():
         norm_eps=1e-5,
         scale_embeddings=False,
         output_bias=False,
+        inner_dropout=False,  # GPT-2's MLP drops nothing inside
     )
     assert LMConfig(**c.to_dict()) == c
     assert gpt2_lm_config(theirs.config) == c

@@ -294,3 +294,36 @@ def test_default_layers_hold_the_same_parameters_in_the_same_order():
     assert list(a) == list(b)
     assert all(torch.equal(a[k], b[k]) for k in a)
     assert torch.equal(next_plain, next_named)
+
+
+def test_feed_forward_without_inner_dropout_drops_nothing_in_training():
+    """``inner_dropout=False`` (GPT-2's and BERT's network): in training
+    the output is the eval output, where the default drops activations
+    before W2 (so at p = 0.5 it differs)."""
+    torch.manual_seed(0)
+    kept = FeedForward(8, 64, dropout=0.5, inner_dropout=False).double()
+    x = torch.randn(4, 6, 8, dtype=torch.float64)
+    want = kept.w_2(kept.activation(kept.w_1(x)))
+    torch.testing.assert_close(kept.train()(x), want, rtol=0, atol=0)
+    dropping = FeedForward(8, 64, dropout=0.5).double().train()
+    dropping.load_state_dict(kept.state_dict())
+    assert not torch.allclose(dropping(x), want)
+    with pytest.raises(ValueError, match="inner_dropout"):
+        FeedForward(8, 16, inner_dropout=1)
+
+
+@pytest.mark.parametrize("layer_type", [EncoderLayer, DecoderLayer])
+def test_inner_dropout_reaches_every_feed_forward_network(layer_type):
+    """The stacks pass ``inner_dropout`` to each layer's network; the
+    layer keeps every other dropout, and the same parameters."""
+    stack = (Encoder if layer_type is EncoderLayer else Decoder)(
+        2, 16, 4, 32, dropout=0.1, inner_dropout=False
+    )
+    ffns = [m for m in stack.modules() if isinstance(m, FeedForward)]
+    assert len(ffns) == 2
+    assert all(isinstance(f.dropout, torch.nn.Identity) for f in ffns)
+    drops = [m for m in stack.modules() if isinstance(m, torch.nn.Dropout)]
+    per_layer = 2 if layer_type is EncoderLayer else 3
+    assert len(drops) == 2 * per_layer  # the sublayers' own
+    default = type(stack)(2, 16, 4, 32, dropout=0.1)
+    assert list(default.state_dict()) == list(stack.state_dict())

@@ -129,6 +129,7 @@ def test_training_mode_is_restored_and_gradients_flow():
         ({"norm_eps": 0}, "norm_eps must be positive"),
         ({"scale_embeddings": "no"}, "scale_embeddings must be True"),
         ({"output_bias": None}, "output_bias must be True or False"),
+        ({"inner_dropout": 0}, "inner_dropout must be True or False"),
     ],
 )
 def test_bad_config_is_refused(fields, match):

@@ -263,6 +263,7 @@ def test_fit_lowers_the_masked_lm_loss(one_thread):
         (dict(tie_embeddings=1), "tie_embeddings must be True or False"),
         (dict(mlm_head="yes"), "mlm_head must be True or False"),
         (dict(pooler=None), "pooler must be True or False"),
+        (dict(inner_dropout="no"), "inner_dropout must be True or False"),
         (dict(kernel="flash"), "kernel must be one of"),
     ],
 )

@@ -20,7 +20,7 @@ from torch.utils.checkpoint import checkpoint
 
 from transformer_lite.attention import MultiHeadAttention
 from transformer_lite.cache import DecoderCache, KVCache, LayerCache
-from transformer_lite.checks import check_real
+from transformer_lite.checks import check_bool, check_real
 from transformer_lite.positional import RelativePosition
 
 __all__ = [
@@ -101,6 +101,9 @@ class FeedForward(nn.Module):
         dropout: dropout after the activation.
         activation: the nonlinearity, max(0, .) in the paper; one of
             :data:`ACTIVATIONS` (BERT and GPT-2 use GELU, chapter 13).
+        inner_dropout: False: no dropout inside the network, as in
+            GPT-2 and BERT (the reference code of the paper and PyTorch's
+            layers drop the activations before W2).
 
     Shape:
         x: (B, L, C); output: (B, L, C).
@@ -113,12 +116,14 @@ class FeedForward(nn.Module):
         dropout: float = 0.1,
         *,
         activation: str = "relu",
+        inner_dropout: bool = True,
     ) -> None:
         super().__init__()
+        check_bool("inner_dropout", inner_dropout)
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
         self.activation = activation_module(activation)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = nn.Dropout(dropout) if inner_dropout else nn.Identity()
 
     def forward(self, x: Tensor) -> Tensor:
         hidden = self.activation(self.w_1(x))  # (B, L, d_ff)
@@ -137,6 +142,8 @@ class EncoderLayer(nn.Module):
         norm_first: False for the paper's post-LN, True for pre-LN.
         position: the self-attention's relative position scheme, or None.
         activation: the feed-forward network's (:data:`ACTIVATIONS`).
+        inner_dropout: whether the feed-forward network drops its
+            activations (:class:`FeedForward`; GPT-2 and BERT: False).
         norm_eps: the LayerNorms' epsilon (BERT's is 1e-12).
 
     The same layer under a causal mask (``is_causal=True``) is the block
@@ -159,6 +166,7 @@ class EncoderLayer(nn.Module):
         *,
         position: RelativePosition | None = None,
         activation: str = "relu",
+        inner_dropout: bool = True,
         norm_eps: float = LAYER_NORM_EPS,
     ) -> None:
         super().__init__()
@@ -167,7 +175,11 @@ class EncoderLayer(nn.Module):
             d_model, n_heads, dropout, position=position
         )
         self.feed_forward = FeedForward(
-            d_model, d_ff, dropout, activation=activation
+            d_model,
+            d_ff,
+            dropout,
+            activation=activation,
+            inner_dropout=inner_dropout,
         )
         self.norm1 = nn.LayerNorm(d_model, eps=norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=norm_eps)
@@ -239,6 +251,7 @@ class DecoderLayer(nn.Module):
         *,
         position: RelativePosition | None = None,
         activation: str = "relu",
+        inner_dropout: bool = True,
         norm_eps: float = LAYER_NORM_EPS,
     ) -> None:
         super().__init__()
@@ -248,7 +261,11 @@ class DecoderLayer(nn.Module):
         )
         self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout)
         self.feed_forward = FeedForward(
-            d_model, d_ff, dropout, activation=activation
+            d_model,
+            d_ff,
+            dropout,
+            activation=activation,
+            inner_dropout=inner_dropout,
         )
         self.norm1 = nn.LayerNorm(d_model, eps=norm_eps)
         self.norm2 = nn.LayerNorm(d_model, eps=norm_eps)
@@ -295,12 +312,12 @@ class _Stack(nn.Module):
     """``n_layers`` copies of ``layer_type`` and, in pre-LN, a final
     LayerNorm: what :class:`Encoder` and :class:`Decoder` share.
 
-    ``activation`` and ``norm_eps`` are each layer's (and the final
-    LayerNorm's epsilon). ``positions``: one relative position scheme
-    per layer (or None). A
-    scheme shared by the layers, as T5's table, is the same module in
-    every place: ``parameters()`` yields it once, and the state dict
-    names it in each layer, as it does tied embeddings.
+    ``activation``, ``inner_dropout`` and ``norm_eps`` are each
+    layer's (``norm_eps`` the final LayerNorm's too). ``positions``: one
+    relative position scheme per layer (or None). A scheme shared by
+    the layers, as T5's table, is the same module in every place:
+    ``parameters()`` yields it once, and the state dict names it in each
+    layer, as it does tied embeddings.
     """
 
     layer_type: type[nn.Module]
@@ -316,6 +333,7 @@ class _Stack(nn.Module):
         *,
         positions: Sequence[RelativePosition | None] | None = None,
         activation: str = "relu",
+        inner_dropout: bool = True,
         norm_eps: float = LAYER_NORM_EPS,
     ) -> None:
         super().__init__()
@@ -334,6 +352,7 @@ class _Stack(nn.Module):
                 norm_first,
                 position=position,
                 activation=activation,
+                inner_dropout=inner_dropout,
                 norm_eps=norm_eps,
             )
             for position in positions

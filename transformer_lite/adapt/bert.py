@@ -19,9 +19,10 @@ position embeddings, an activation other than ReLU and the two forms of
 GELU. Dropout: BERT has two rates (on the attention weights, and
 everywhere else), the book's layers one; the copy takes the shared
 rate and asks for ``dropout=`` when they differ (dropout acts only in
-training, never on the outputs compared). The book's feed-forward
-network also drops after its activation, where BERT does not, so a
-training step with dropout on is not Hugging Face's draw for draw.
+training, never on the outputs compared). It drops in BERT's places
+(``inner_dropout=False``: nothing inside the feed-forward network),
+though not with Hugging Face's random draws, so a training step with
+dropout on is not Hugging Face's draw for draw.
 
 Ours builds its padding mask from ``pad_id`` where BERT reads an
 ``attention_mask``: the two agree for ``attention_mask = (input_ids !=
@@ -179,6 +180,7 @@ def _config(
         pad_id=pad_id,
         activation=HF_ACTIVATIONS[hf.hidden_act],
         norm_eps=float(hf.layer_norm_eps),
+        inner_dropout=False,  # BERT drops nothing inside its FFN
         tie_embeddings=tied,
         mlm_head=head is not None,
         pooler=body.pooler is not None,

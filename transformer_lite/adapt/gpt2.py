@@ -29,10 +29,11 @@ form the scores of 16-bit inputs in float32 too.
 Dropout: GPT-2 has three rates (on the embeddings, on the attention
 weights, on each sublayer's output), the book's model one; the copy
 takes the shared rate, and asks for ``dropout=`` when they differ.
-Dropout acts only in training, so it never changes the logits compared;
-the book's feed-forward network also drops after its activation, where
-GPT-2 does not, so a training step with dropout on is not Hugging
-Face's draw for draw.
+Dropout acts only in training, so it never changes the logits compared.
+The copy drops in GPT-2's places (``inner_dropout=False``: nothing
+inside the feed-forward network), though not with Hugging Face's random
+draws, so a training step with dropout on is not Hugging Face's draw
+for draw.
 """
 
 import torch
@@ -132,6 +133,7 @@ def gpt2_lm_config(
         kernel=kernel,
         activation=ACTIVATION_NAMES[config.activation_function],
         norm_eps=config.layer_norm_epsilon,
+        inner_dropout=False,  # GPT-2 drops nothing inside its MLP
         scale_embeddings=False,
         output_bias=False,
     )

@@ -62,9 +62,9 @@ def hf_gpt2(s: Sizes, max_len: int) -> nn.Module:
 
 class TorchDecoderOnly(nn.Module):
     """GPT-2's layout from PyTorch's layers: token and learned position
-    embeddings, ``nn.TransformerEncoder`` (pre-LN, GELU's tanh form)
-    under a causal mask, a final LayerNorm, the output layer tied to the
-    token embedding.
+    embeddings, ``nn.TransformerEncoder`` (pre-LN, GELU's tanh form, no
+    dropout inside the feed-forward network) under a causal mask, a
+    final LayerNorm, the output layer tied to the token embedding.
 
     Shape:
         tokens: (B, L); output: (B, L, V).
@@ -84,6 +84,9 @@ class TorchDecoderOnly(nn.Module):
             batch_first=True,
             norm_first=True,
         )
+        # GPT-2 drops nothing inside its MLP, and neither does ours
+        # loaded from it: PyTorch's layer drops there unless told not to.
+        layer.dropout = nn.Identity()
         self.blocks = nn.TransformerEncoder(
             layer, s.n_layers, enable_nested_tensor=False
         )

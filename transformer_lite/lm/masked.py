@@ -72,6 +72,7 @@ class EncoderConfig:
     pad_id: int = PAD_ID  # padding: masked out as a key in attention
     activation: str = "gelu"  # layers.ACTIVATIONS; BERT's erf GELU
     norm_eps: float = BERT_NORM_EPS  # every LayerNorm's epsilon
+    inner_dropout: bool = True  # dropout inside the FFN; BERT: none
     tie_embeddings: bool = True  # the MLM output reuses the embedding
     mlm_head: bool = True  # predict tokens (False: HF's BertModel)
     pooler: bool = True  # dense + tanh on position 0 (False: no pooled)
@@ -83,7 +84,7 @@ class EncoderConfig:
             check_int(name, getattr(self, name), low=1)
         check_int("type_vocab", self.type_vocab, low=0)
         check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        for name in ("tie_embeddings", "mlm_head", "pooler"):
+        for name in ("tie_embeddings", "mlm_head", "pooler", "inner_dropout"):
             check_bool(name, getattr(self, name))
         check_norm_eps(self.norm_eps)
         check_activation(self.activation)
@@ -201,6 +202,7 @@ class EncoderModel(ModelBasics, nn.Module):
             c.dropout,
             norm_first=False,  # post-LN, as BERT
             activation=c.activation,
+            inner_dropout=c.inner_dropout,
             norm_eps=c.norm_eps,
         )
         self.mlm_head = MaskedLMHead(c) if c.mlm_head else None

@@ -58,6 +58,7 @@ class LMConfig:
     norm_eps: float = LAYER_NORM_EPS  # every LayerNorm's epsilon
     scale_embeddings: bool = True  # times sqrt(d_model); GPT-2: False
     output_bias: bool = True  # the output layer's bias; GPT-2 has none
+    inner_dropout: bool = True  # dropout inside the FFN; GPT-2: none
 
     def __post_init__(self) -> None:
         for name in ("vocab", "n_layers", "d_model", "d_ff", "n_heads"):
@@ -65,7 +66,7 @@ class LMConfig:
         check_int("max_len", self.max_len, low=1)
         check_real("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
         flags = ("norm_first", "tie_embeddings", "scale_embeddings",
-                 "output_bias")  # fmt: skip
+                 "output_bias", "inner_dropout")  # fmt: skip
         for name in flags:
             check_bool(name, getattr(self, name))
         check_norm_eps(self.norm_eps)
@@ -105,6 +106,7 @@ class LanguageModel(ModelBasics, nn.Module):
                 c.norm_first,
                 position=position,  # relative, in self-attention
                 activation=c.activation,
+                inner_dropout=c.inner_dropout,
                 norm_eps=c.norm_eps,
             )
             for position in relative_positions(c, causal=True)
