@@ -156,8 +156,12 @@ browser-test: $(BROWSER_NEED)  ## the book, the slides and the student edition i
 # Jupyter refuses to run as root unless told; containers often are root.
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 
-lab: install $(IPYNB)  ## open the notebooks in JupyterLab
-	$(BIN)/jupyter lab $(ALLOW_ROOT) notebooks
+# jupyter/labconfig makes JupyterLab open a chapter's .py as a notebook
+# (jupytext's viewer by default, as `jupytext-config set-default-viewer
+# python` writes it), with no setting in the user's own profile.
+LAB_CONFIG := JUPYTER_CONFIG_PATH=$(CURDIR)/jupyter
+lab: install $(IPYNB)  ## open the notebooks in JupyterLab (a chapter's .py opens as a notebook)
+	$(LAB_CONFIG) $(BIN)/jupyter lab $(ALLOW_ROOT) notebooks
 
 lint: install  ## ruff, 79 columns, and the import contracts
 	$(BIN)/ruff check transformer_lite tests notebooks

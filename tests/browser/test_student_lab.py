@@ -4,11 +4,13 @@ Chromium, with nothing reachable but the local server.
 
 A student opens chapter 2's assignment, runs the cells from the top with
 Shift+Enter, and the first check says in a line or two that exercise 2.1
-is not done yet; the locked check cannot be edited. And a reader who opens
-a chapter of the book in JupyterLab and saves it changes nothing in its
-tracked source.
+is not done yet; the locked check cannot be edited. A reader who opens a
+chapter's ``.py`` in JupyterLab as ``make lab`` starts it gets a notebook,
+not a text file; and one who opens a chapter and saves it changes
+nothing in its tracked source.
 """
 
+import os
 import secrets
 import shutil
 import socket
@@ -18,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import jupytext
 import nbformat
 import pytest
 
@@ -48,7 +51,8 @@ def cell_json(page, index: int) -> dict:
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """JupyterLab on a folder holding the student kit and a copy of the
-    book's preface (with its paired notebook): ``(url, token, folder)``."""
+    book's preface (with its paired notebook), with the settings ``make
+    lab`` gives it (``jupyter/``): ``(url, token, folder)``."""
     root = tmp_path_factory.mktemp("lab")
     course = root.parent / f"{root.name}-course"
     assignments.build(assignments.chapters([CHAPTER]), course)
@@ -65,6 +69,7 @@ def lab(tmp_path_factory):
         port = probe.getsockname()[1]
     token = secrets.token_hex(16)
     log = (root.parent / f"{root.name}-lab.log").open("w")
+    env = {**os.environ, "JUPYTER_CONFIG_PATH": str(ROOT / "jupyter")}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyter", "lab", "--no-browser",
          "--allow-root", "--ip=127.0.0.1", f"--port={port}",
@@ -72,7 +77,7 @@ def lab(tmp_path_factory):
          "--LabApp.expose_app_in_browser=True",
          f"--LabApp.workspaces_dir={root.parent / f'{root.name}-spaces'}",
          f"--ServerApp.root_dir={root}"],
-        stdout=log, stderr=subprocess.STDOUT,
+        stdout=log, stderr=subprocess.STDOUT, env=env,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -191,3 +196,17 @@ def test_opening_and_saving_a_chapter_changes_nothing(page, lab):
     assert paired.stat().st_mtime_ns != saved, "JupyterLab did not save"
     time.sleep(1)  # jupytext writes the pair in the same request
     assert source.read_text() == before
+
+
+def test_a_chapters_source_opens_as_a_notebook(page, lab):
+    """A double click on a chapter's ``.py`` opens its default viewer:
+    with ``jupyter/labconfig`` that is jupytext's notebook, cells and a
+    kernel, not the text editor."""
+    open_notebook(page, lab, "book/00_preface.py")
+    kind = page.evaluate(
+        f"() => [{CURRENT}.context.factoryName,"
+        f" {CURRENT}.content.model.cells.length]"
+    )
+    preface = jupytext.read(ROOT / "notebooks" / "00_preface.py")
+    assert kind == ["notebook", len(preface.cells)]  # a text file: "text"
+    assert page.outside == []
