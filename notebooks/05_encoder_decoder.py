@@ -250,7 +250,10 @@ plt.show()
 # names; `nn.Linear` stores $W_1$ transposed, as (d_ff, C). The
 # nonlinearity is the paper's $\max(0, \cdot)$ unless the module is told
 # otherwise: BERT and GPT-2 use GELU, $x\,\Phi(x)$, a ReLU with a smooth
-# corner, and the `activation` argument is there for them.
+# corner, and the `activation` argument is there for them. The dropout
+# between the two layers is not in the paper's text but in its
+# reference code, and in PyTorch's layers; BERT and GPT-2 leave it out,
+# which `inner_dropout=False` does.
 
 # %%
 show(FeedForward)
