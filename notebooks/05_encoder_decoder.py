@@ -251,9 +251,9 @@ plt.show()
 # nonlinearity is the paper's $\max(0, \cdot)$ unless the module is told
 # otherwise: BERT and GPT-2 use GELU, $x\,\Phi(x)$, a ReLU with a smooth
 # corner, and the `activation` argument is there for them. The dropout
-# between the two layers is not in the paper's text but in its
-# reference code, and in PyTorch's layers; BERT and GPT-2 leave it out,
-# which `inner_dropout=False` does.
+# between the two layers is not in the paper; the Annotated Transformer
+# and PyTorch's layers have it, BERT and GPT-2 do not, and
+# `inner_dropout=False` leaves it out.
 
 # %%
 show(FeedForward)
