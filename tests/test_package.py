@@ -43,6 +43,9 @@ def test_import_contracts_are_kept():
         ("layers.py", "import transformer_lite.vision.vit"),
         ("vision/vit.py", "import transformer_lite.tasks.digits"),
         ("vision/patches.py", "import transformer_lite.training.loop"),
+        ("layers.py", "import transformer_lite.domains.series"),
+        ("domains/tabular.py", "import transformer_lite.tasks.tables"),
+        ("domains/series.py", "import transformer_lite.vision.vit"),
     ],
 )
 def test_a_core_or_tier_module_importing_upwards_breaks_a_contract(

@@ -1,8 +1,9 @@
 """Optional dependencies (all chapters): the core needs only torch and
 tqdm; charts need the ``[book]`` extra, the translation task the
-``[translate]`` extra, and export, ONNX Runtime and int8 quantisation
-the ``[ship]`` extra (chapter 12). :func:`require` imports one, or
-says which extra installs it.
+``[translate]`` extra, export, ONNX Runtime and int8 quantisation
+the ``[ship]`` extra (chapter 12), and the tables and series of
+chapter 14 the ``[domains]`` extra (scikit-learn, statsmodels).
+:func:`require` imports one, or says which extra installs it.
 """
 
 import importlib
