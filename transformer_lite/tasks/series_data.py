@@ -174,7 +174,7 @@ def synthetic_series(
         period: the season's length in steps (0: no season); its shape
             is sin(2 pi t / p) + 0.5 sin(4 pi t / p), times ``amplitude``.
         regimes: level jumps, at steps drawn uniformly (0: none), each
-            of a size drawn from N(0, ``jump``^2).
+            of a size drawn from N(0, s²) with s = ``jump``.
         noise: the standard deviation of the Gaussian noise.
     """
     check_int("n", n, low=2)
