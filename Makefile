@@ -13,7 +13,7 @@ IPYNB  := $(NOTEBOOKS:.py=.ipynb)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test contracts unit nbval seed-sweep book \
-  browser-test lab lint bench gpu-check clean assignments slides \
+  browser-test lab lint bench bench-profile gpu-check clean assignments slides \
   student-kit student-lab \
   chapter-times
 
@@ -170,6 +170,9 @@ lint: install  ## ruff, 79 columns, and the import contracts
 
 bench: install  ## speed and memory benchmarks (table + bench.json)
 	$(BIN)/python -m transformer_lite.bench --json bench.json
+
+bench-profile: install  ## where a training step's time goes, and why a target is missed
+	$(BIN)/python -m transformer_lite.bench.profile
 
 # On a machine with a CUDA GPU: attention kernels, host syncs, the CUDA
 # tests, chapters 5-8, a 2-process torchrun and the benchmark at GPU sizes,
