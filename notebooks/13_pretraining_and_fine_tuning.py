@@ -1082,8 +1082,10 @@ assert our_logits.dtype == torch.float64
 # ## Graded exercises
 #
 # Eight exercises, each with a check that runs when you run its cell,
-# save the last, which a teacher marks by hand. In the book the
-# reference solutions are folded: try first, then open them.
+# save the last, which a teacher marks by hand.
+# In the book the reference solutions are folded: try first, then
+# open them. The classroom edition (the teaching page) hands out the
+# same exercises with the solutions removed, and nbgrader scores them.
 
 # %% tags=["exercise-setup"]
 import torch
