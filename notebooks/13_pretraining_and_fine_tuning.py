@@ -1103,7 +1103,7 @@ assert our_logits.dtype == torch.float64
 
 # %% [markdown]
 # The two agree to float64 rounding. Importing `transformers` (after
-# torch) took about a second here, once; the package imports it only in
+# torch) took one to two seconds here, once; the package imports it only in
 # the loaders, so the rest of the book never pays for it.
 #
 # ## What this answers, and what it does not
@@ -1136,17 +1136,18 @@ assert our_logits.dtype == torch.float64
 #
 # - A decoder sees only the past; an encoder sees the whole text, so it
 #   is pretrained by filling in tokens that were hidden. BERT picks 15%
-#   of the positions (our `mask_tokens` picks $\lfloor p n + 1/2
-#   \rfloor$ per row, 9 of 63), shows [MASK] at 80% of them, a random
-#   token at 10% and the token itself at 10%.
+#   of the positions (our `mask_tokens` picks a fixed number per row,
+#   9 of 63), shows [MASK] at 80% of them, a random token at 10% and
+#   the token itself at 10%.
 # - Without the random and kept tokens the model's outputs at visible
 #   tokens are never trained: a model trained on [MASK] alone gave back
 #   the visible token far less often, while filling in [MASK] as well.
 # - A small encoder pretrained by masked language modelling on the
 #   task's own text (400 steps) and fine-tuned with 1%, 10% or 100% of
 #   the labels did no better than the same network from scratch: the
-#   gap changed sign from run to run (-8.5 to +2.5 points). Pretraining
-#   pays when it reads far more text than is labelled, for long enough.
+#   gap changed sign from run to run (-8.5 to +2.5 points). BERT's
+#   pretraining read far more text than any task labelled, and for far
+#   longer; ours read the labelled text itself, briefly.
 # - Adapting a language model to a held-out family of pages, full
 #   fine-tuning lowered the domain's perplexity most (16.1 to 13.2) and
 #   raised the general one most; LoRA with 512 to 8,192 parameters
@@ -1156,7 +1157,9 @@ assert our_logits.dtype == torch.float64
 # - A tokenizer trained on the domain's text cuts the domain's words in
 #   fewer pieces and general text in more.
 # - `from_hf_gpt2` and `from_hf_bert` put published weights in the
-#   book's classes, with the same logits to float64 rounding.
+#   book's classes: a GPT-2 built from a config gave the same logits as
+#   Hugging Face's to float64 rounding (the package's tests check BERT
+#   the same way).
 #
 # ## Exercises
 #
