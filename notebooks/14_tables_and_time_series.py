@@ -800,16 +800,17 @@ leak.round(3)
 
 # %% tags=["remove-cell"]
 # Floors from the sweep (notebooks/sweeps/14.json).
-assert leak.loc["PatchTST", "looks better by"] > 0.05, leak
-assert (leak.loc["PatchTST", "looks better by"]
-        > leak.loc["DLinear", "looks better by"]), leak
+assert leak.loc["DLinear", "looks better by"] > 0.02, leak
+assert abs(leak.loc["PatchTST", "looks better by"]) < 0.1, leak
 
 # %% [markdown]
-# The leaky Transformer looks markedly better than the honest one, on
-# the very same test windows; the linear model, which has too few
-# weights to memorise the values it has seen, gains less. The more a
-# model can memorise, the more a leak flatters it: exactly the models
-# one is tempted to believe. Walk-forward splits and scales fitted on
+# The leak flatters the linear model: on the very same test windows
+# DLinear's error drops by a few percent, enough to close most of its
+# gap to PatchTST and to change which model a reader would pick.
+# PatchTST, with dropout and few windows to learn from, gains little or
+# nothing here. That is the treacherous part: how much a leak helps
+# depends on the model and the data, so it cannot be subtracted after
+# the fact, only prevented. Walk-forward splits and scales fitted on
 # the past cost nothing, and the package's tests check that no future
 # value reaches a training window or a scaler.
 
@@ -1090,7 +1091,7 @@ def expanding_folds(n, input_len, horizon, n_folds, test_size):
 from transformer_lite.domains import walk_forward
 
 with exercise("14.5", twins=[walk_forward]):
-    for args in ((100, 10, 3, 4, 15), (60, 8, 4, 1, 20), (30, 5, 5, 5, 5)):
+    for args in ((100, 10, 3, 4, 15), (60, 8, 4, 1, 20), (40, 5, 5, 5, 5)):
         want = [tuple(fold) for fold in walk_forward(*args)]
         expect_equal(f"expanding_folds{args}",
                      [tuple(fold) for fold in expanding_folds(*args)], want,
