@@ -347,27 +347,32 @@ table_results.round(4)
 # %% tags=["remove-cell"]
 n_ft = sum(p.numel() for p in ft.parameters())
 assert 15_000 < n_ft < 25_000, n_ft  # "about twenty thousand"
-# Floors from the sweep (notebooks/sweeps/14.json).
-assert mean.loc["logistic regression", "accuracy"] >= 0.96, mean
-assert mean.loc["gradient boosting", "accuracy"] >= 0.94, mean
-assert mean.loc["FT-Transformer", "accuracy"] >= 0.95, mean
-assert abs(mean.loc["FT-Transformer", "accuracy"]
-           - mean.loc["logistic regression", "accuracy"]) < 0.02, mean
-assert (mean.loc["FT-Transformer", "log-loss"]
-        > mean.loc["logistic regression", "log-loss"]), mean
-assert (mean.loc["FT-Transformer", "Brier"]
-        > mean.loc["logistic regression", "Brier"]), mean
-assert (mean.loc["gradient boosting", "log-loss"]
-        > mean.loc["logistic regression", "log-loss"]), mean
+# Floors from the sweep (notebooks/sweeps/14.json, 18 runs: BOOK_SEED
+# 0-2 under AVX-512, AVX2 and SSE kernels, at one and two threads),
+# less about half a point. Accuracy: logistic 0.975-0.977, trees
+# 0.958-0.965, FT 0.965-0.977, FT at most 1.3 points from logistic.
+# Log-loss: logistic 0.080-0.082 < FT 0.091-0.118 < trees 0.123-0.141
+# in every run. Brier: FT minus logistic -0.0011 to +0.0071 (the FT
+# lower at BOOK_SEED 2), so only their closeness is asserted.
+_acc, _ll, _brier = mean["accuracy"], mean["log-loss"], mean["Brier"]
+assert _acc["logistic regression"] >= 0.97, mean
+assert _acc["gradient boosting"] >= 0.95, mean
+assert _acc["FT-Transformer"] >= 0.955, mean
+assert abs(_acc["FT-Transformer"] - _acc["logistic regression"]) < 0.02
+assert _ll["FT-Transformer"] > _ll["logistic regression"], mean
+assert _ll["gradient boosting"] > _ll["FT-Transformer"], mean
+assert abs(_brier["FT-Transformer"] - _brier["logistic regression"]) < 0.01
 
 # %% [markdown]
-# The three are close on accuracy: over the sweep's runs the
-# FT-Transformer reached ACC_FT and logistic regression ACC_LR,
-# never more than GAP_MAX apart. On the probability scores the order
-# held in every run: **logistic regression has a lower log-loss and a
-# lower Brier score than the FT-Transformer**, and the trees'
-# probabilities have the highest log-loss of the three. The Transformer
-# also takes far longer to train (the last column).
+# The three are close on accuracy: over the sweep's runs (three seeds,
+# three kinds of CPU kernels, one and two threads) the FT-Transformer
+# reached 96.5% to 97.7% and logistic regression 97.5% to 97.7%, never
+# more than 1.3 points apart; the trees 95.8% to 96.5%. On the
+# log-loss the order held in every run: **logistic regression (0.080
+# to 0.082) beats the FT-Transformer (0.091 to 0.118)**, which beats
+# the trees (0.123 to 0.141). The Brier scores of the first two are
+# within 0.01 of each other, and which is lower depends on the seed.
+# The Transformer also takes far longer to train (the last column).
 #
 # That is the honest result, and it is the expected one. The benign and
 # malignant tumours of this table are nearly separated by a plane in
@@ -453,17 +458,20 @@ plt.show()
 # %% tags=["remove-cell"]
 torch.testing.assert_close(attention.sum(-1),
                            torch.ones_like(attention.sum(-1)))
-# Floors from the sweep (notebooks/sweeps/14.json).
-assert rho["FT permutation"] < 0.8, rho
-assert rho["FT vs logistic permutation"] > 0.0, rho
+# Floors from the sweep (notebooks/sweeps/14.json, 18 runs): attention
+# against the FT's permutation gains 0.04-0.32, the two models'
+# permutation gains against each other 0.54-0.67.
+assert rho["FT permutation"] < 0.5, rho
+assert rho["FT vs logistic permutation"] > 0.45, rho
+assert rho["FT vs logistic permutation"] > rho["FT permutation"], rho
 
 # %% [markdown]
 # Attention is not importance. The [CLS] token's weights are spread
 # over many features, and their ranking hardly agrees with how much the
 # model's own log-loss suffers when a feature is shuffled: over the
 # sweep's runs the rank correlation between the two lay between
-# RHO_FT_LO and RHO_FT_HI. The two models' permutation importances
-# agree with each other far better (RHO_PP_LO to RHO_PP_HI): what a
+# 0.04 and 0.32. The two models' permutation importances agree with
+# each other far better (0.54 to 0.67, in every run): what a
 # model's output depends on is a property of the data as much as of
 # the model, and two very different models find much of the same
 # thing. An attention map shows where information flows inside a
@@ -666,13 +674,15 @@ assert _spans[1].test.start <= int(_jumps[-1]) < _spans[1].test.stop
 assert int(syn_errors["last value"].argmax()) + 1 in (5, 6, 7), syn_table
 torch.testing.assert_close(syn_errors["last value"][-1],
                            syn_errors["seasonal last value"][-1])
-# Floors from the sweep (notebooks/sweeps/14.json).
+# Floors from the sweep (notebooks/sweeps/14.json, 18 runs): mean MSE
+# PatchTST 0.146-0.148, DLinear 0.163-0.166, seasonal 0.268, last value
+# 1.519; the lowest MSE at any horizon 0.128-0.139.
 assert min(float(e.min()) for e in syn_errors.values()) > noise_floor, \
     syn_table
-assert syn_mean["PatchTST"] < syn_mean["seasonal last value"], syn_table
+assert syn_mean["PatchTST"] < syn_mean["DLinear"], syn_table
 assert syn_mean["DLinear"] < syn_mean["seasonal last value"], syn_table
 assert syn_mean["seasonal last value"] < syn_mean["last value"], syn_table
-assert syn_mean["PatchTST"] < 2.5 * noise_floor, syn_table
+assert syn_mean["PatchTST"] < 2 * noise_floor, syn_table
 
 # %% [markdown]
 # The last value is the worst forecast of a seasonal series, worst
@@ -683,10 +693,11 @@ assert syn_mean["PatchTST"] < 2.5 * noise_floor, syn_table
 # it copies and once in the value it is judged against (about
 # $2 \times 0.09$), plus the trend and the jump it cannot follow. Both
 # learned models beat it on the mean over the twelve horizons, in
-# every run of the sweep (PatchTST SYN_PT, DLinear SYN_DL, against
-# SYN_SEAS), by averaging the noise over several seasons of the window;
-# no model comes near the noise floor (the lowest error at any horizon
-# was SYN_MIN). Which of the two learned models is ahead SYN_ORDER.
+# every run of the sweep (PatchTST 0.146 to 0.148, DLinear 0.163 to
+# 0.166, against 0.268), by averaging the noise over several seasons
+# of the window; PatchTST was ahead of DLinear in every run, by about
+# a tenth. No model reaches the noise floor: the lowest error at any
+# horizon was 0.128 to 0.139, against 0.09.
 
 # %% [markdown]
 # ### A real series: US growth, quarter by quarter
@@ -740,14 +751,16 @@ gdp_table.round(3)
 # The data do not depend on the seed: the test period's variance.
 assert abs(float(growth[-80:].var()) - 0.41) < 0.01
 assert abs(float(growth[:-80].var()) - 0.99) < 0.01
-# Floors from the sweep (notebooks/sweeps/14.json).
-assert gdp_mean.max() < 0.8, gdp_table
+# Floors from the sweep (notebooks/sweeps/14.json, 18 runs): PatchTST
+# 0.412-0.430, DLinear 0.028-0.037 from it, the causal variant 0.001-
+# 0.024 from it; the baselines do not depend on the seed.
 assert gdp_mean["seasonal last value"] == gdp_mean.max(), gdp_table
 assert gdp_mean["window mean"] < gdp_mean["last value"], gdp_table
-assert gdp_mean["PatchTST"] < gdp_mean["last value"], gdp_table
-assert abs(gdp_mean["PatchTST"] - gdp_mean["DLinear"]) < 0.1, gdp_table
+assert gdp_mean["PatchTST"] < gdp_mean["window mean"], gdp_table
+assert abs(gdp_mean["PatchTST"] - 0.41) < 0.03, gdp_table
+assert abs(gdp_mean["PatchTST"] - gdp_mean["DLinear"]) < 0.05, gdp_table
 assert abs(gdp_mean["PatchTST, causal"]
-           - gdp_mean["PatchTST"]) < 0.1, gdp_table
+           - gdp_mean["PatchTST"]) < 0.04, gdp_table
 
 # %% [markdown]
 # Growth is hard to forecast, and the table shows how hard. The test
@@ -755,18 +768,18 @@ assert abs(gdp_mean["PatchTST, causal"]
 # before: its variance over those 80 quarters is about 0.41, against
 # about 0.99 over the quarters before them. A forecaster who knew the
 # test period's mean in advance, which nobody does, would reach an
-# error of 0.41; PatchTST, the best model here, reached GDP_PT over the
-# sweep, close to that and no better. The seasonal last value is the
+# error of about 0.41; PatchTST reached 0.41 to 0.43 over the sweep,
+# about the same. The seasonal last value is the
 # worst of all: the series is seasonally adjusted before publication,
 # so last year's quarter says nothing about this year's. The window
 # mean beats the last value on the mean over the four horizons: a
 # quarter's surprise does not persist. PatchTST and DLinear land
-# close together (GDP_GAP apart on the mean), which is the finding of
+# close together (0.03 to 0.04 apart on the mean), which is the finding of
 # {cite:t}`zeng2023transformers` in miniature: on series like this a
 # linear map of the window forecasts about as well as a Transformer.
 #
 # The causal variant changes little (its mean error differs by at most
-# GDP_CAUSAL): the head reads every patch's output either way, and the
+# 0.024): the head reads every patch's output either way, and the
 # non-causal encoder's extra freedom, earlier patches seeing later
 # ones, is not what a forecast of four quarters needs.
 
@@ -827,19 +840,21 @@ leak["looks better by"] = 1 - leak["future in training"] / leak[
 leak.round(3)
 
 # %% tags=["remove-cell"]
-# Floors from the sweep (notebooks/sweeps/14.json).
+# Floors from the sweep (notebooks/sweeps/14.json, 18 runs): DLinear
+# looks 3.3-5.2% better with the leak; PatchTST moves by 0.6-1.6%.
 assert leak.loc["DLinear", "looks better by"] > 0.02, leak
-assert abs(leak.loc["PatchTST", "looks better by"]) < 0.1, leak
+assert abs(leak.loc["PatchTST", "looks better by"]) < 0.03, leak
 
 # %% [markdown]
 # The leak flatters the linear model: on the very same test windows
-# DLinear's error drops by LEAK_DL, which closes much of its gap to
-# PatchTST. PatchTST, with dropout and few windows to learn from,
-# changes by LEAK_PT at most, in either direction. That is the treacherous part: how much a leak helps
-# depends on the model and the data, so it cannot be subtracted after
-# the fact, only prevented. Walk-forward splits and scales fitted on
-# the past cost nothing, and the package's tests check that no future
-# value reaches a training window or a scaler.
+# DLinear's error drops by 3% to 5% over the sweep's runs, part of its
+# gap to PatchTST. PatchTST, with dropout and few windows to learn from,
+# moves by less than 2%. A few percent is the size of the gaps between
+# the models in the tables above, and that is the treacherous part:
+# how much a leak helps depends on the model and the data, so it cannot
+# be subtracted after the fact, only prevented. Walk-forward splits and
+# scales fitted on the past cost nothing, and the package's tests check
+# that no future value reaches a training window or a scaler.
 
 # %% [markdown]
 # ## What a regulated domain adds
