@@ -349,11 +349,12 @@ table_results.round(4)
 # %% tags=["remove-cell"]
 n_ft = sum(p.numel() for p in ft.parameters())
 assert 15_000 < n_ft < 25_000, n_ft  # "about twenty thousand"
-# Floors from the sweep (notebooks/sweeps/14.json, 18 runs: BOOK_SEED
-# 0-2 under AVX-512, AVX2 and SSE kernels, at one and two threads),
-# less about half a point. Accuracy: logistic 0.975-0.977, trees
-# 0.958-0.965, FT 0.965-0.977, FT at most 1.3 points from logistic.
-# Log-loss: logistic 0.080-0.082 < FT 0.091-0.118 < trees 0.123-0.141
+# Floors from the sweep (notebooks/sweeps/14.json, 16 runs: BOOK_SEED
+# 0-2 under AVX-512, AVX2 and SSE kernels at one thread and AVX-512 at
+# two, 3-4 under AVX-512 and AVX2),
+# less about half a point. Accuracy: logistic 0.975-0.979, trees
+# 0.958-0.968, FT 0.965-0.977, FT at most 1.3 points from logistic.
+# Log-loss: logistic 0.075-0.082 < FT 0.085-0.118 < trees 0.101-0.141
 # in every run. Brier: FT minus logistic -0.0011 to +0.0071 (the FT
 # lower at BOOK_SEED 2), so only their closeness is asserted.
 _acc, _ll, _brier = mean["accuracy"], mean["log-loss"], mean["Brier"]
@@ -368,11 +369,11 @@ assert abs(_brier["FT-Transformer"] - _brier["logistic regression"]) < 0.01
 # %% [markdown]
 # The three are close on accuracy: over the sweep's runs (three seeds,
 # three kinds of CPU kernels, one and two threads) the FT-Transformer
-# reached 96.5% to 97.7% and logistic regression 97.5% to 97.7%, never
-# more than 1.3 points apart; the trees 95.8% to 96.5%. On the
-# log-loss the order held in every run: **logistic regression (0.080
-# to 0.082) beats the FT-Transformer (0.091 to 0.118)**, which beats
-# the trees (0.123 to 0.141). The Brier scores of the first two are
+# reached 96.5% to 97.7% and logistic regression 97.5% to 97.9%, never
+# more than 1.3 points apart; the trees 95.8% to 96.8%. On the
+# log-loss the order held in every run: **logistic regression (0.075
+# to 0.082) beats the FT-Transformer (0.085 to 0.118)**, which beats
+# the trees (0.101 to 0.141). The Brier scores of the first two are
 # within 0.01 of each other, and which is lower depends on the seed.
 # The Transformer also takes far longer to train (the last column).
 #
@@ -460,10 +461,10 @@ plt.show()
 # %% tags=["remove-cell"]
 torch.testing.assert_close(attention.sum(-1),
                            torch.ones_like(attention.sum(-1)))
-# Floors from the sweep (notebooks/sweeps/14.json, 18 runs): attention
-# against the FT's permutation gains 0.04-0.32, the two models'
-# permutation gains against each other 0.54-0.67.
-assert rho["FT permutation"] < 0.5, rho
+# Floors from the sweep (notebooks/sweeps/14.json, 16 runs): attention
+# against the FT's permutation gains 0.04-0.48, the two models'
+# permutation gains against each other 0.54-0.76.
+assert rho["FT permutation"] < 0.55, rho
 assert rho["FT vs logistic permutation"] > 0.45, rho
 assert rho["FT vs logistic permutation"] > rho["FT permutation"], rho
 
@@ -472,8 +473,9 @@ assert rho["FT vs logistic permutation"] > rho["FT permutation"], rho
 # over many features, and their ranking hardly agrees with how much the
 # model's own log-loss suffers when a feature is shuffled: over the
 # sweep's runs the rank correlation between the two lay between
-# 0.04 and 0.32. The two models' permutation importances agree with
-# each other far better (0.54 to 0.67, in every run): what a
+# 0.04 and 0.48. The two models' permutation importances agree with
+# each other better (0.54 to 0.76, and more than the attention in every
+# run): what a
 # model's output depends on is a property of the data as much as of
 # the model, and two very different models find much of the same
 # thing. An attention map shows where information flows inside a
@@ -676,9 +678,9 @@ assert _spans[1].test.start <= int(_jumps[-1]) < _spans[1].test.stop
 assert int(syn_errors["last value"].argmax()) + 1 in (5, 6, 7), syn_table
 torch.testing.assert_close(syn_errors["last value"][-1],
                            syn_errors["seasonal last value"][-1])
-# Floors from the sweep (notebooks/sweeps/14.json, 18 runs): mean MSE
-# PatchTST 0.146-0.148, DLinear 0.163-0.166, seasonal 0.268, last value
-# 1.519; the lowest MSE at any horizon 0.128-0.139.
+# Floors from the sweep (notebooks/sweeps/14.json, 16 runs): mean MSE
+# PatchTST 0.146-0.148, DLinear 0.161-0.166, seasonal 0.268, last value
+# 1.519; the lowest MSE at any horizon 0.128-0.143.
 assert min(float(e.min()) for e in syn_errors.values()) > noise_floor, \
     syn_table
 assert syn_mean["PatchTST"] < syn_mean["DLinear"], syn_table
@@ -695,11 +697,11 @@ assert syn_mean["PatchTST"] < 2 * noise_floor, syn_table
 # it copies and once in the value it is judged against (about
 # $2 \times 0.09$), plus the trend and the jump it cannot follow. Both
 # learned models beat it on the mean over the twelve horizons, in
-# every run of the sweep (PatchTST 0.146 to 0.148, DLinear 0.163 to
+# every run of the sweep (PatchTST 0.146 to 0.148, DLinear 0.161 to
 # 0.166, against 0.268), by averaging the noise over several seasons
 # of the window; PatchTST was ahead of DLinear in every run, by about
 # a tenth. No model reaches the noise floor: the lowest error at any
-# horizon was 0.128 to 0.139, against 0.09.
+# horizon was 0.128 to 0.143, against 0.09.
 
 # %% [markdown]
 # ### A real series: US growth, quarter by quarter
@@ -753,13 +755,13 @@ gdp_table.round(3)
 # The data do not depend on the seed: the test period's variance.
 assert abs(float(growth[-80:].var()) - 0.41) < 0.01
 assert abs(float(growth[:-80].var()) - 0.99) < 0.01
-# Floors from the sweep (notebooks/sweeps/14.json, 18 runs): PatchTST
-# 0.412-0.430, DLinear 0.028-0.037 from it, the causal variant 0.001-
+# Floors from the sweep (notebooks/sweeps/14.json, 16 runs): PatchTST
+# 0.412-0.439, DLinear 0.006-0.037 from it, the causal variant 0.001-
 # 0.024 from it; the baselines do not depend on the seed.
 assert gdp_mean["seasonal last value"] == gdp_mean.max(), gdp_table
 assert gdp_mean["window mean"] < gdp_mean["last value"], gdp_table
 assert gdp_mean["PatchTST"] < gdp_mean["window mean"], gdp_table
-assert abs(gdp_mean["PatchTST"] - 0.41) < 0.03, gdp_table
+assert abs(gdp_mean["PatchTST"] - 0.41) < 0.04, gdp_table
 assert abs(gdp_mean["PatchTST"] - gdp_mean["DLinear"]) < 0.05, gdp_table
 assert abs(gdp_mean["PatchTST, causal"]
            - gdp_mean["PatchTST"]) < 0.04, gdp_table
@@ -770,15 +772,16 @@ assert abs(gdp_mean["PatchTST, causal"]
 # before: its variance over those 80 quarters is about 0.41, against
 # about 0.99 over the quarters before them. A forecaster who knew the
 # test period's mean in advance, which nobody does, would reach an
-# error of about 0.41; PatchTST reached 0.41 to 0.43 over the sweep,
+# error of about 0.41; PatchTST reached 0.41 to 0.44 over the sweep,
 # about the same. The seasonal last value is the
 # worst of all: the series is seasonally adjusted before publication,
 # so last year's quarter says nothing about this year's. The window
 # mean beats the last value on the mean over the four horizons: a
 # quarter's surprise does not persist. PatchTST and DLinear land
-# close together (0.03 to 0.04 apart on the mean), which is the finding of
-# {cite:t}`zeng2023transformers` in miniature: on series like this a
-# linear map of the window forecasts about as well as a Transformer.
+# close together (within 0.04 of each other on the mean), which is
+# the finding of {cite:t}`zeng2023transformers` in miniature: on
+# series like this a linear map of the window forecasts about as well
+# as a Transformer.
 #
 # The causal variant changes little (its mean error differs by at most
 # 0.024): the head reads every patch's output either way, and the
@@ -842,14 +845,14 @@ leak["looks better by"] = 1 - leak["future in training"] / leak[
 leak.round(3)
 
 # %% tags=["remove-cell"]
-# Floors from the sweep (notebooks/sweeps/14.json, 18 runs): DLinear
-# looks 3.3-5.2% better with the leak; PatchTST moves by 0.6-1.6%.
-assert leak.loc["DLinear", "looks better by"] > 0.02, leak
+# Floors from the sweep (notebooks/sweeps/14.json, 16 runs): DLinear
+# looks 2.3-5.7% better with the leak; PatchTST moves by 0.6-1.8%.
+assert leak.loc["DLinear", "looks better by"] > 0.015, leak
 assert abs(leak.loc["PatchTST", "looks better by"]) < 0.03, leak
 
 # %% [markdown]
 # The leak flatters the linear model: on the very same test windows
-# DLinear's error drops by 3% to 5% over the sweep's runs, part of its
+# DLinear's error drops by 2% to 6% over the sweep's runs, part of its
 # gap to PatchTST. PatchTST, with dropout and few windows to learn from,
 # moves by less than 2%. A few percent is the size of the gaps between
 # the models in the tables above, and that is the treacherous part:
