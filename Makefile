@@ -110,7 +110,7 @@ chapter-times: install  ## the syllabus's running times, from the last make nbva
 # A setting that is this CPU's own (avx2 on an AVX2 CPU) is the native one
 # and is not run twice. SWEEP_RECORD=notebooks/sweeps keeps each chapter's
 # table of claims (floor, worst value, spread) beside the chapters.
-SWEEP_CHAPTERS ?= 06 07 08 09 10 11 12
+SWEEP_CHAPTERS ?= 06 07 08 09 10 11 12 13 14
 SWEEP_SEEDS ?= 0 1 2
 SWEEP_KERNELS ?= native avx2 baseline
 SWEEP_THREADS ?= 1 2

@@ -165,6 +165,17 @@ print(f"device           {device}")
 #     Runtime with the same tokens, eager, compiled, ONNX Runtime and
 #     int8 side by side, and tensor-parallel and fully-sharded training
 #     across two processes.
+# 13. **[Pretraining and fine-tuning](13_pretraining_and_fine_tuning)**:
+#     BERT's masked language modelling beside GPT's objective, a small
+#     encoder pretrained on the book's corpus and fine-tuned with 1%,
+#     10% and 100% of the labels, LoRA against full fine-tuning on a
+#     held-out family of topics, a domain's tokenizer, and GPT-2's
+#     published weights run in the book's classes.
+# 14. **[Tables and time series](14_tables_and_time_series)**: what to
+#     customise for a domain's own data, the FT-Transformer against
+#     logistic regression and boosted trees on a clinical table, a patch
+#     forecaster against the naive and linear forecasters on a synthetic
+#     and a real economic series, walk-forward, with a leak measured.
 
 # %% [markdown]
 # ## Notation

@@ -122,22 +122,22 @@ table
 # %% tags=["remove-input"]
 ONE_WEEK = [  # (day, chapters)
     ("Mon", [1, 2, 3]),
-    ("Tue", [4, 5]),
-    ("Wed", [6, 7]),
-    ("Thu", [8, 9]),
-    ("Fri", [10, 11, 12]),
+    ("Tue", [4, 5, 6]),
+    ("Wed", [7, 8]),
+    ("Thu", [9, 10, 11]),
+    ("Fri", [12, 13, 14]),
 ]
 TWO_WEEKS = [
-    ("Week 1, Mon", [1]),
-    ("Tue", [2]),
-    ("Wed", [3]),
-    ("Thu", [4]),
-    ("Fri", [5]),
-    ("Week 2, Mon", [6]),
-    ("Tue", [7]),
-    ("Wed", [8, 9]),
-    ("Thu", [10]),
-    ("Fri", [11, 12]),
+    ("Week 1, Mon", [1, 2]),
+    ("Tue", [3]),
+    ("Wed", [4]),
+    ("Thu", [5]),
+    ("Fri", [6]),
+    ("Week 2, Mon", [7]),
+    ("Tue", [8, 9]),
+    ("Wed", [10, 11]),
+    ("Thu", [12, 13]),
+    ("Fri", [14]),
 ]
 MINUTES_PER_EXERCISE = 5  # to read the statement and its check
 MINUTES_PER_SOLUTION_LINE = 1  # to write and debug each line
@@ -178,9 +178,9 @@ one, two = plan(ONE_WEEK), plan(TWO_WEEKS)
 for days in (ONE_WEEK, TWO_WEEKS):  # every chapter, once, in order
     assert [n for _, numbers in days for n in numbers] == sorted(chapters)
 # as the text below says, in hours
-assert one["lecture (min)"].between(105, 180).all()  # 1 3/4 to 3
-assert one["lab (min)"].between(180, 315).all()  # 3 to 5 1/4
-assert one["day (min)"].between(285, 480).all()  # 4 3/4 to 8
+assert one["lecture (min)"].between(120, 185).all()  # 2 to 3
+assert one["lab (min)"].between(225, 315).all()  # 3 3/4 to 5 1/4
+assert one["day (min)"].between(360, 495).all()  # 6 to 8 1/4
 assert two["day (min)"].between(105, 375).all()  # 1 3/4 to 6 1/4
 assert exercise_minutes(2) == 7 and exercise_minutes(max(lengths)) == 36
 assert written_minutes(2) == 15
@@ -198,16 +198,17 @@ one
 two
 
 # %% [markdown]
-# The one-week plan is dense: its days hold one and three-quarter to three
-# hours of lecture and three to five and a quarter hours of lab, four and
-# three-quarter to eight hours in all, which suits a summer school or a company
+# The one-week plan is dense: its days hold about two to three hours of
+# lecture and three and three-quarter to five and a quarter hours of lab, six
+# to eight and a quarter hours in all, which suits a summer school or a company
 # course where the students do nothing else (or one that leaves the written
-# questions for the evening). Chapters 7 and 9 to 12 are the heavy ones to run
+# questions for the evening). Chapters 7 and 9 to 13 are the heavy ones to run
 # (they train models for minutes), so start them at the beginning of the lab.
 # The two-week plan, one and three-quarter to six and a quarter hours a day,
-# gives one chapter a day for the first week, the foundations (attention to the
-# full stack), and lets the second week go deeper into training, speed and the
-# three applications. In either plan a final project fits well: take chapter
+# gives the first week to the foundations (attention to training, chapters 1
+# and 2 together on its first day), and lets the second week go deeper into
+# translation, speed, the applications, and pretraining and a domain's own
+# data. In either plan a final project fits well: take chapter
 # 7's translator to a new pair of languages of numbers, or chapter 10's model
 # to a new corpus, and
 # report by slice.
