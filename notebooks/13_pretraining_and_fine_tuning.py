@@ -205,7 +205,11 @@ for page, text in sorted(pydoc_topics().items()):
             kept.append(paragraph)
     paragraphs[page] = kept
 
-split = torch.Generator().manual_seed(1234)  # the data's split, fixed
+# The data's split and the masked test passages are yardsticks, drawn
+# from seeds of their own so that they stay the same whichever
+# BOOK_SEED trains the models (as the copy task's held-out set does).
+SPLIT_SEED, TEST_MASK_SEED = 1234, 7
+split = torch.Generator().manual_seed(SPLIT_SEED)  # the data's split
 labelled = {"train": [], "test": []}  # (paragraph, class)
 for page, kept in paragraphs.items():
     if page in CLASS_OF:
@@ -416,7 +420,8 @@ QUIET = TrainOptions(progress=False)  # clip_norm=1.0, no progress bar
 summed_ce = supervised_loss(nn.CrossEntropyLoss(reduction="sum"))
 test_inputs, test_targets = mask_tokens(
     test_x, vocab=V_ENC, mask_id=MASK_ID,
-    generator=torch.Generator().manual_seed(7), special_ids=SPECIALS)
+    generator=torch.Generator().manual_seed(TEST_MASK_SEED),
+    special_ids=SPECIALS)
 
 
 def masked_batches(generator, steps, mask_rate=0.8, random_rate=0.1):
@@ -537,7 +542,8 @@ def copies(model) -> float:
 
 all_mask_inputs, all_mask_targets = mask_tokens(
     test_x, vocab=V_ENC, mask_id=MASK_ID, mask_rate=1.0, random_rate=0.0,
-    generator=torch.Generator().manual_seed(7), special_ids=SPECIALS)
+    generator=torch.Generator().manual_seed(TEST_MASK_SEED),
+    special_ids=SPECIALS)
 recipe = pd.DataFrame({
     "masked-token accuracy (all asked shown as [MASK])": [
         masked_accuracy(m, all_mask_inputs, all_mask_targets)

@@ -223,7 +223,7 @@ with torch.random.fork_rng():  # leaves the book's random state alone
     ft_check = FTTransformer(30, (), d_model=16, n_heads=2, n_layers=1,
                              d_ff=32, dropout=0.0).double().eval()
 rows = table.numeric[:5].double()
-order = torch.randperm(30, generator=torch.Generator().manual_seed(14))
+order = torch.randperm(30, generator=torch.Generator().manual_seed(SEED))
 with torch.no_grad():
     before = ft_check(rows)
     ft_check.tokenizer.weight.copy_(ft_check.tokenizer.weight[order])
