@@ -339,7 +339,7 @@ for k, fold in enumerate(folds):
 scores = pd.DataFrame(scores)
 table_results = scores.groupby("model", sort=False)[
     ["accuracy", "log-loss", "Brier"]].agg(["mean", "std"])
-table_results["seconds"] = pd.Series(seconds)
+table_results[("seconds", "")] = pd.Series(seconds)
 mean = scores.groupby("model", sort=False).mean()
 
 # %%
