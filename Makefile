@@ -13,6 +13,7 @@ IPYNB  := $(NOTEBOOKS:.py=.ipynb)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test contracts unit nbval seed-sweep book \
+  book-zh translations translations-update fonts \
   browser-test lab lint bench bench-profile gpu-check clean assignments slides \
   student-kit student-lab \
   chapter-times
@@ -37,10 +38,12 @@ test:  ## everything: contracts, unit tests, every notebook, the book, the slide
 	@$(PYTHON) tools/test_phases.py start
 	@$(PHASE) install -- $(MAKE) --no-print-directory install
 	@$(PHASE) contracts -- $(MAKE) --no-print-directory contracts
+	@$(PHASE) translations -- $(MAKE) --no-print-directory translations
 	@$(PHASE) unit -- $(MAKE) --no-print-directory unit \
 	  UNIT_REPORT=_build/unit-junit.xml
 	@$(PHASE) nbval -- $(MAKE) --no-print-directory nbval
 	@$(PHASE) book -- $(MAKE) --no-print-directory book
+	@$(PHASE) book-zh -- $(MAKE) --no-print-directory book-zh BOOK_ZH_NEED=
 	@$(PHASE) slides -- $(MAKE) --no-print-directory slides SLIDES_NEED=
 	@$(PHASE) browser -- $(MAKE) --no-print-directory browser-test \
 	  BROWSER_NEED=
@@ -141,13 +144,39 @@ book: install _build/.package-stamp  ## execute every chapter and build the HTML
 
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
+# The Chinese edition: the same chapters, their prose from the catalogues
+# in notebooks/locales/zh_CN (tools/i18n.py), their code and outputs the
+# English build's (its execution cache: nothing runs again). It lands in
+# _build/html/zh; every page links to the same page in the other edition.
+# A CJK font (Debian's, as Chromium is) draws the Chinese in the browser's
+# screenshots and the PDF.
+CJK_FONT := /usr/share/fonts/truetype/wqy/wqy-microhei.ttc
+fonts:  ## a CJK font for the Chinese edition's pages, screenshots and PDF (apt)
+	test -f $(CJK_FONT) || { $(SUDO) apt-get update && \
+	  $(SUDO) apt-get install -y fonts-wqy-microhei; }
+
+BOOK_ZH_NEED ?= book
+book-zh: install fonts $(BOOK_ZH_NEED)  ## the Chinese edition (_build/html/zh), from the English build's outputs
+	$(BIN)/python tools/i18n.py build
+
+translations: install  ## every catalogue's counts; fail on a broken or stale translation
+	$(BIN)/python tools/i18n.py check
+
+# After changing English prose: the changed messages turn fuzzy (their
+# page shows the English until a translator confirms them), new ones are
+# added empty. Translate them, then `make translations`.
+translations-update: install  ## merge the book's current English messages into the catalogues
+	$(BIN)/python tools/i18n.py pot
+	$(BIN)/python tools/i18n.py update
+
 # make test builds the book once, as its own phase, and passes SLIDES_NEED=
 # and BROWSER_NEED= so that the next phases do not build it again.
-SLIDES_NEED ?= book
-slides: $(SLIDES_NEED)  ## a reveal.js deck per chapter, cut from the executed chapters
+SLIDES_NEED ?= book book-zh
+slides: $(SLIDES_NEED)  ## a reveal.js deck per chapter, in each edition, cut from the executed chapters
 	$(BIN)/python tools/slides.py
+	$(BIN)/python tools/slides.py --language zh_CN
 
-BROWSER_NEED ?= book slides
+BROWSER_NEED ?= book book-zh slides
 browser-test: $(BROWSER_NEED)  ## the book, the slides and the student edition in JupyterLab, in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }

@@ -20,6 +20,11 @@ It does four things jupyter-book does not do on its own:
    after a module, holding its docstrings (``automodule``). A module that
    is planned but not written yet is left out with a note in the build log;
    one that exists but fails to import still fails the build.
+5. **Say which edition a page belongs to**, in a bar above the header,
+   with a link to the same page in the other edition. The Chinese edition
+   (``language: zh_CN``, ``tools/i18n.py``) lives in the English site's
+   ``zh/`` folder, so the two links are ``zh/<page>.html`` and
+   ``../<page>.html``.
 """
 
 import importlib.util
@@ -95,6 +100,31 @@ def offer_executed_notebook(
     context["ipynb_source"] = f"{pagename}.ipynb"
 
 
+# The editions: Sphinx's language -> (this edition's name, the other's
+# name, the link from a page to the same page in the other edition).
+EDITIONS = {
+    "en": ("English edition", "中文版", "zh/{page}.html"),
+    "zh_CN": ("中文版", "English edition", "../{page}.html"),
+}
+
+
+def add_edition_switch(app, pagename, templatename, context, doctree) -> None:
+    """The bar that names the edition and links to the other one."""
+    language = app.config.language or "en"
+    if language not in EDITIONS:
+        raise ExtensionError(
+            f"no edition for language {language!r}: expected one of "
+            f"{sorted(EDITIONS)}"
+        )
+    this, other, link = EDITIONS[language]
+    href = link.format(page=pagename)
+    context["theme_announcement"] = (
+        f'<span class="tl-edition" lang="{language.replace("_", "-")}">'
+        f'{this}</span> · <a class="tl-edition-switch" href="{href}">'
+        f"{other}</a>"
+    )
+
+
 def docs_to_reread(app, env, added, changed, removed) -> list[str]:
     """Documents to read again besides those whose source changed.
 
@@ -151,6 +181,7 @@ def setup(app: Sphinx) -> dict:
     app.setup_extension("sphinx.ext.autodoc")
     app.connect("config-inited", use_local_assets)
     app.connect("html-page-context", add_vega_bundle)
+    app.connect("html-page-context", add_edition_switch)
     app.connect("html-page-context", offer_executed_notebook, priority=400)
     app.connect("env-get-outdated", docs_to_reread)
     app.connect("env-get-outdated", delete_removed_pages)

@@ -11,7 +11,7 @@ their outputs are not messages: both editions show the same ones.
     python tools/i18n.py pot       # the English messages -> _build/gettext
     python tools/i18n.py update    # merge them into the catalogues
     python tools/i18n.py check     # the per-page counts; fail on a defect
-    python tools/i18n.py configs   # _build/i18n/_config.zh.yml, _toc.zh.yml
+    python tools/i18n.py build     # the Chinese edition -> _build/html/zh
 
 ``update`` keeps every translation whose English is unchanged, marks the
 translation of a changed message *fuzzy* (the page then shows the English
@@ -35,6 +35,7 @@ import argparse
 import collections
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +46,14 @@ LOCALES = NOTEBOOKS / "locales"
 BUILD = ROOT / "_build"
 POT_DIR = BUILD / "gettext"
 I18N_BUILD = BUILD / "i18n"
-LANGUAGES = {"zh_CN": "zh"}  # catalogue language -> the edition's short name
+SYLLABUS = ROOT / "transformer_lite" / "classroom" / "syllabus.json"
+LANGUAGES = {"zh_CN": "zh"}  # catalogue language -> the edition's folder
+TITLES = {"zh_CN": "transformer-lite 中文版"}
+# The table of contents' part captions (not messages: _toc.yml is not a
+# page), each edition's own.
+CAPTIONS = {
+    "zh_CN": {"Chapters": "章节", "Reference": "参考", "Teaching": "教学"},
+}
 # Pages whose messages are not translated: the API reference is the
 # package's docstrings, which stay English in every edition.
 UNTRANSLATED_PAGES = {"api"}
@@ -91,6 +99,66 @@ def book_config(language: str | None, execute: str | None) -> str:
     return text.replace(marker, "\n".join(extra) + "\n" + marker)
 
 
+def edition_files(language: str) -> tuple[Path, Path]:
+    """Write the edition's book config and table of contents (``"en"``:
+    the English ones, with the shared execution cache).
+
+    The config is the English one with the language, the catalogues and
+    the English build's execution cache (so no chapter runs again); the
+    table of contents is the English one with its captions translated.
+    """
+    folder = I18N_BUILD / LANGUAGES.get(language, language)
+    folder.mkdir(parents=True, exist_ok=True)
+    text = book_config(None if language == "en" else language, None)
+    title = TITLES.get(language, "transformer-lite")
+    text, n = re.subn(r"^title: .*$", f"title: {title}", text, flags=re.M)
+    cache = BUILD / ".jupyter_cache"
+    text, m = re.subn(r"^execute:\n", f"execute:\n  cache: {cache}\n", text,
+                      flags=re.M)  # fmt: skip
+    if (n, m) != (1, 1):
+        raise SystemExit("notebooks/_config.yml: expected one title and "
+                         "one execute section")  # fmt: skip
+    config = folder / "_config.yml"
+    config.write_text(text, encoding="utf-8")
+    toc = (NOTEBOOKS / "_toc.yml").read_text(encoding="utf-8")
+    names = CAPTIONS.get(language, {})
+
+    def caption(match: re.Match) -> str:
+        english = match.group(2).strip()
+        if language == "en":
+            return match.group(0)
+        if english not in names:
+            raise SystemExit(
+                f"_toc.yml caption {english!r} has no {language} name in "
+                f"tools/i18n.py CAPTIONS: add one"
+            )
+        return f"{match.group(1)}{names[english]}"
+
+    toc = re.sub(r"^(\s*-?\s*caption: )(.+)$", caption, toc, flags=re.M)
+    toc_path = folder / "_toc.yml"
+    toc_path.write_text(toc, encoding="utf-8")
+    return config, toc_path
+
+
+def build(language: str = "zh_CN") -> None:
+    """Build one edition from the English build's executed chapters into
+    ``_build/html/<folder>`` (strict: a warning fails it, as ``make book``)."""
+    if not (BUILD / ".jupyter_cache").exists():
+        raise SystemExit("no _build/.jupyter_cache: run `make book` first")
+    config, toc = edition_files(language)
+    out = BUILD / LANGUAGES[language]
+    subprocess.run(
+        [_bin("jupyter-book"), "build", str(NOTEBOOKS), "--config", str(config),
+         "--toc", str(toc), "--path-output", str(out), "-W", "--keep-going"],
+        check=True,
+    )  # fmt: skip
+    site = BUILD / "html" / LANGUAGES[language]
+    if site.exists():
+        shutil.rmtree(site)
+    shutil.copytree(out / "_build" / "html", site)
+    print(f"the {language} edition: {site}/index.html")
+
+
 def pot() -> None:
     """Extract the English messages (no chapter runs: execution is off)."""
     I18N_BUILD.mkdir(parents=True, exist_ok=True)
@@ -106,6 +174,25 @@ def pot() -> None:
     POT_DIR.mkdir(parents=True, exist_ok=True)
     for path in (out / "_build" / "gettext").glob("*.pot"):
         (POT_DIR / path.name).write_bytes(path.read_bytes())
+    syllabus_pot()
+
+
+def syllabus_pot() -> None:
+    """The chapters' objectives (the slides' first page, the teaching
+    plan's) as one more catalogue, ``syllabus``: they are data in
+    ``transformer_lite/classroom/syllabus.json``, not a page's text."""
+    import polib
+
+    data = json.loads(SYLLABUS.read_text(encoding="utf-8"))
+    catalogue = polib.POFile()
+    catalogue.metadata = {"Content-Type": "text/plain; charset=UTF-8"}
+    for chapter in sorted(data):
+        for objective in data[chapter]["objectives"]:
+            if catalogue.find(objective) is None:
+                catalogue.append(polib.POEntry(
+                    msgid=objective, msgstr="",
+                    comment=f"chapter {chapter}'s objectives"))  # fmt: skip
+    catalogue.save(str(POT_DIR / "syllabus.pot"))
 
 
 def update() -> None:
@@ -154,6 +241,14 @@ def entry_problems(msgid: str, msgstr: str) -> list[str]:
     return problems
 
 
+def shown(path: Path) -> str:
+    """A path as the messages print it: from the repository if inside."""
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def load_status(language: str) -> dict[str, str]:
     path = LOCALES / language / "status.json"
     if not path.exists():
@@ -191,7 +286,7 @@ def check(pages: list[str] | None = None, quiet: bool = False) -> int:
             try:
                 catalogue = polib.pofile(str(path))
             except (OSError, ValueError) as error:
-                print(f"{path}: cannot be read as a catalogue: {error}")
+                print(f"{shown(path)}: cannot be read as a catalogue: {error}")
                 defects += 1
                 continue
             live = [e for e in catalogue if not e.obsolete]
@@ -204,14 +299,14 @@ def check(pages: list[str] | None = None, quiet: bool = False) -> int:
                 if not entry.msgstr or "fuzzy" in entry.flags:
                     continue
                 for problem in entry_problems(entry.msgid, entry.msgstr):
-                    print(f"{path.relative_to(ROOT)}: {entry.msgid[:60]!r} "
+                    print(f"{shown(path)}: {entry.msgid[:60]!r} "
                           f"{problem}")  # fmt: skip
                     defects += 1
             if state == "complete" and (fuzzy or empty):
                 for entry in (fuzzy + empty)[:5]:
                     kind = "fuzzy" if entry in fuzzy else "untranslated"
-                    print(f"{path.relative_to(ROOT)}: {kind}: {entry.msgid[:70]!r}")
-                print(f"{path.relative_to(ROOT)}: marked complete, but "
+                    print(f"{shown(path)}: {kind}: {entry.msgid[:70]!r}")
+                print(f"{shown(path)}: marked complete, but "
                       f"{len(fuzzy)} fuzzy and {len(empty)} untranslated")  # fmt: skip
                 defects += 1
         if not quiet:
@@ -229,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("pot")
     sub.add_parser("update")
+    sub.add_parser("build")
     checking = sub.add_parser("check")
     checking.add_argument("pages", nargs="*", help="only these pages")
     checking.add_argument("--quiet", action="store_true")
@@ -237,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         pot()
     elif args.command == "update":
         update()
+    elif args.command == "build":
+        build()
     elif args.command == "check":
         return 1 if check(args.pages, args.quiet) else 0
     return 0

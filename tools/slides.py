@@ -17,8 +17,15 @@ and MathJax from the book's own ``_static`` folder (``tools/book_assets.py``
 fetches both), so the slides work offline from the built site. The figures
 are embedded as data URIs.
 
-Run after ``make book``: ``.venv/bin/python tools/slides.py``
-(``make slides`` does).
+The Chinese edition's decks (``--language zh_CN``, into
+``_build/html/zh/slides/``) are cut from the same executed chapters; each
+heading and each bullet of the summary is looked up in the chapter's
+catalogue (``notebooks/locales/zh_CN/LC_MESSAGES``), the same messages
+the Chinese book shows, and stays English where it has no translation
+yet.
+
+Run after ``make book`` (and ``make book-zh``):
+``.venv/bin/python tools/slides.py`` (``make slides`` does both).
 """
 
 import argparse
@@ -34,6 +41,21 @@ from mdit_py_plugins.dollarmath import dollarmath_plugin
 ROOT = Path(__file__).resolve().parent.parent
 EXECUTED = ROOT / "_build" / "html" / "_sources"
 OUT = ROOT / "_build" / "html" / "slides"
+LOCALES = ROOT / "notebooks" / "locales"
+# Each edition's words of the deck itself; its folder under _build/html.
+WORDS = {
+    "en": {"lang": "en", "goals": "After this chapter you can:",
+           "exercises": "Exercises", "slides": "slides",
+           "pointer": "The chapter ends with exercises and graded exercises: "
+                      "open it in the book or in Jupyter.",
+           "summary": "Summary"},
+    "zh_CN": {"lang": "zh-CN", "goals": "学完本章，你能够：",
+              "exercises": "练习", "slides": "幻灯片",
+              "pointer": "本章最后有练习和评分练习：请在书中或在 Jupyter "
+                         "里打开本章。",
+              "summary": "小结"},
+}  # fmt: skip
+EDITION_FOLDER = {"en": "", "zh_CN": "zh"}
 MAX_EQUATIONS = 3
 LEFT_OUT = ("Exercises", "Graded exercises")
 DISPLAY_MATH = re.compile(r"\$\$(.+?)\$\$", re.DOTALL)
@@ -57,6 +79,48 @@ def heading(cell) -> tuple[int, str] | None:
     if cell.cell_type != "markdown" or not match:
         return None
     return len(match.group(1)), match.group(2).strip()
+
+
+class Catalogue:
+    """A chapter's translations (msgid -> msgstr), looked up with the
+    whitespace of both sides made single spaces; English where there is
+    none, or where it is fuzzy."""
+
+    def __init__(self, language: str, page: str) -> None:
+        self.messages: dict[str, str] = {}
+        path = LOCALES / language / "LC_MESSAGES" / f"{page}.po"
+        if language == "en" or not path.exists():
+            return
+        import polib
+
+        for entry in polib.pofile(str(path)):
+            if entry.msgstr and not entry.obsolete and "fuzzy" not in entry.flags:
+                self.messages[" ".join(entry.msgid.split())] = entry.msgstr
+
+    def __call__(self, text: str) -> str:
+        found = self.messages.get(" ".join(text.split()))
+        if found is None:
+            return text
+        return re.sub(r"^(\d+)\\\.", r"\1.", found)  # "1\. " was a heading
+
+    def markdown(self, text: str) -> str:
+        """Markdown with each paragraph and list item translated."""
+        out, block, marker = [], [], ""
+
+        def flush() -> None:
+            if block:
+                out.append(marker + self(" ".join(block)))
+
+        for line in text.splitlines() + [""]:
+            item = re.match(r"(\s*(?:[-*]|\d+\.)\s+)(.*)", line)
+            if item or not line.strip():
+                flush()
+                block, marker = ([item.group(2)], item.group(1)) if item else ([], "")
+                if not line.strip():
+                    out.append("")
+            else:
+                block.append(line.strip())
+        return "\n".join(out).strip() + "\n"
 
 
 def figures(cell) -> list[str]:
@@ -103,11 +167,13 @@ def sections(notebook) -> list[dict]:
     return cut
 
 
-def section_slides(section: dict) -> str:
-    title = MARKDOWN.renderInline(section["title"])
+def section_slides(section: dict, tr: Catalogue | None = None) -> str:
+    tr = tr or Catalogue("en", "")
+    title = MARKDOWN.renderInline(tr(section["title"]))
     text = "\n\n".join(section["text"])
     if section["title"] == "Summary":
-        body = MARKDOWN.render(re.sub(r"^## Summary\s*", "", text))
+        summary = re.sub(r"^## Summary\s*", "", text)
+        body = MARKDOWN.render(tr.markdown(summary))
         return f'<section class="summary"><h2>{title}</h2>{body}</section>'
     equations = DISPLAY_MATH.findall(text)[:MAX_EQUATIONS]
     body = "".join(render_math(tex.strip(), {"display_mode": True})
@@ -121,29 +187,39 @@ def section_slides(section: dict) -> str:
     return "<section>" + "".join(slides) + "</section>"  # a vertical stack
 
 
-def deck(notebook, objectives: list[str], static: str = "../_static") -> str:
-    """The chapter's deck as one HTML page."""
+def deck(
+    notebook,
+    objectives: list[str],
+    static: str = "../_static",
+    tr: Catalogue | None = None,
+    language: str = "en",
+) -> str:
+    """The chapter's deck as one HTML page, in ``language``'s words."""
+    tr = tr or Catalogue("en", "")
+    words = WORDS[language]
     title_cell = next(c for c in notebook.cells if heading(c))
-    title = heading(title_cell)[1]
-    goals = "".join(f"<li>{MARKDOWN.renderInline(g)}</li>" for g in objectives)
+    title = tr(heading(title_cell)[1])
+    goals_tr = Catalogue(language, "syllabus")  # the objectives' messages
+    goals = "".join(f"<li>{MARKDOWN.renderInline(goals_tr(g))}</li>"
+                    for g in objectives)  # fmt: skip
     slides = [f'<section><h1>{html.escape(title)}</h1>'
-              f'<p class="goals">After this chapter you can:</p>'
+              f'<p class="goals">{words["goals"]}</p>'
               f"<ul>{goals}</ul></section>"]  # fmt: skip
     kept = [s for s in sections(notebook) if s["title"] not in LEFT_OUT]
-    slides += [section_slides(s) for s in kept]
-    slides.append("<section><h2>Exercises</h2><p>The chapter ends with "
-                  "exercises and graded exercises: open it in the book or "
-                  "in Jupyter.</p></section>")  # fmt: skip
+    slides += [section_slides(s, tr) for s in kept]
+    slides.append(f'<section><h2>{words["exercises"]}</h2>'
+                  f'<p>{words["pointer"]}</p></section>')  # fmt: skip
     return TEMPLATE.format(title=html.escape(title), static=static,
+                           lang=words["lang"], slides_word=words["slides"],
                            slides="\n".join(slides))  # fmt: skip
 
 
 TEMPLATE = """<!doctype html>
-<html lang="en">
+<html lang="{lang}">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}: slides</title>
+<title>{title}: {slides_word}</title>
 <link rel="icon" href="data:,">
 <link rel="stylesheet" href="{static}/reveal/reveal.css">
 <link rel="stylesheet" href="{static}/reveal/theme/white.css">
@@ -173,8 +249,13 @@ window.MathJax = {{ tex: {{ inlineMath: [["\\\\(", "\\\\)"]] }} }};
 """
 
 
-def build(executed: Path = EXECUTED, out: Path = OUT) -> list[Path]:
+def build(
+    executed: Path = EXECUTED, out: Path = OUT, language: str = "en"
+) -> list[Path]:
     """Write a deck for every executed chapter in ``executed``."""
+    if language not in WORDS:
+        raise SystemExit(f"no slides for language {language!r}: expected "
+                         f"one of {sorted(WORDS)}")  # fmt: skip
     sys.path.insert(0, str(ROOT))
     from transformer_lite.classroom import syllabus
 
@@ -187,7 +268,8 @@ def build(executed: Path = EXECUTED, out: Path = OUT) -> list[Path]:
     written = []
     for path in paths:
         notebook = nbformat.read(path, as_version=4)
-        page = deck(notebook, list(goals[int(path.name[:2])].objectives))
+        page = deck(notebook, list(goals[int(path.name[:2])].objectives),
+                    tr=Catalogue(language, path.stem), language=language)  # fmt: skip
         target = out / f"{path.stem}.html"
         target.write_text(page)
         written.append(target)
@@ -197,9 +279,14 @@ def build(executed: Path = EXECUTED, out: Path = OUT) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--executed", type=Path, default=EXECUTED)
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="default: the edition's slides/ folder")  # fmt: skip
+    parser.add_argument("--language", default="en", choices=sorted(WORDS))
     args = parser.parse_args(argv)
-    for path in build(args.executed, args.out):
+    out = args.out
+    if out is None:
+        out = ROOT / "_build" / "html" / EDITION_FOLDER[args.language] / "slides"
+    for path in build(args.executed, out, args.language):
         size = path.stat().st_size / 2**10
         print(f"{path}: {size:.0f} KiB")
     return 0

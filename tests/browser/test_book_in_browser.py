@@ -10,7 +10,10 @@ order, offer its ``.py`` and executed ``.ipynb`` for download, and be found
 by the search page. The classroom edition's pages work too: the graded
 exercises' solutions are folded until clicked, the teaching page links
 every chapter's slides, and every deck starts reveal.js and steps through
-its slides.
+its slides. The Chinese edition (``_build/html/zh``) passes the same page
+checks; every page of each edition links to the same page of the other,
+its search finds a chapter by a Chinese word, its decks start, and the
+browser has a font that draws Chinese (not boxes).
 
 Chromium is Debian's (``apt-get install chromium``), driven by the
 ``playwright`` package; ``playwright install`` is never needed.
@@ -38,8 +41,9 @@ HTML = ROOT / "_build" / "html"
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 NOTEBOOKS = ROOT / "notebooks"
 CHAPTERS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
-READING_ORDER = [*CHAPTERS, "api", "bibliography", "teaching"]  # _toc.yml
+READING_ORDER = [*CHAPTERS, "api", "glossary", "bibliography", "teaching"]
 DECKS = [c for c in CHAPTERS if not c.startswith("00")]  # make slides
+ZH = "zh"  # the Chinese edition's folder (make book-zh)
 HIDDEN_TAGS = {"remove-cell", "remove-input"}
 WAIT_MS = 20_000  # for MathJax and vega to finish
 
@@ -143,7 +147,7 @@ def book_pages() -> list[str]:
     return sorted(
         path.relative_to(HTML).as_posix()
         for path in HTML.rglob("*.html")
-        if path.relative_to(HTML).parts[0] not in assets
+        if not assets & set(path.relative_to(HTML).parts)
     )
 
 
@@ -192,6 +196,9 @@ def test_book_is_built():
     pages = book_pages()
     for name in [*READING_ORDER, "index", "search"]:
         assert f"{name}.html" in pages, f"{name}.html missing: make book"
+        assert f"{ZH}/{name}.html" in pages, (
+            f"{ZH}/{name}.html missing: make book-zh"
+        )
 
 
 @pytest.mark.parametrize("path", book_pages())
@@ -396,11 +403,12 @@ def test_teaching_page_links_every_deck(visit, book_url):
     page.wait_for_function("window.Reveal && Reveal.isReady()")
 
 
+@pytest.mark.parametrize("edition", ["", f"{ZH}/"])
 @pytest.mark.parametrize("deck", DECKS)
-def test_slides_start_and_step(visit, deck):
+def test_slides_start_and_step(visit, deck, edition):
     """reveal.js starts, the deck has its title, sections and summary,
     and stepping to the last slide typesets its maths, offline."""
-    visit = visit(f"slides/{deck}.html")
+    visit = visit(f"{edition}slides/{deck}.html")
     page = visit.page
     page.wait_for_function("window.Reveal && Reveal.isReady()",
                            timeout=WAIT_MS)  # fmt: skip
@@ -415,7 +423,8 @@ def test_slides_start_and_step(visit, deck):
     if deck == DECKS[0]:
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.wait_for_timeout(1500)  # the slide's transition ends
-        page.screenshot(path=str(SCREENSHOTS / "slide-01-2.png"))
+        name = f"slide-{edition.strip('/') or 'en'}-01-2.png"
+        page.screenshot(path=str(SCREENSHOTS / name))
     page.evaluate("Reveal.slide(Reveal.getHorizontalSlides().length - 1)")
     assert page.evaluate("Reveal.isLastSlide()")
     problems = {
@@ -426,3 +435,88 @@ def test_slides_start_and_step(visit, deck):
     }
     problems = {what: found for what, found in problems.items() if found}
     assert not problems, f"{deck}: {json.dumps(problems, indent=1)}"
+
+
+# The Chinese edition.
+
+
+def test_editions_link_to_each_other(visit, book_url):
+    """Each page names its edition and links to the same page in the
+    other; following both links comes back."""
+    for name in ("01_attention", "teaching", "glossary"):
+        page = visit(f"{name}.html", typeset=False).page
+        assert page.locator(".tl-edition").inner_text() == "English edition"
+        switch = page.locator("a.tl-edition-switch")
+        assert switch.get_attribute("href") == f"{ZH}/{name}.html"
+        with page.expect_navigation():
+            switch.click()
+        assert page.url == f"{book_url}{ZH}/{name}.html"
+        assert page.locator("html").get_attribute("lang") == "zh-CN"
+        assert page.locator(".tl-edition").inner_text() == "中文版"
+        with page.expect_navigation():
+            page.locator("a.tl-edition-switch").click()
+        assert page.url == f"{book_url}{name}.html"
+
+
+def has_chinese(text: str) -> bool:
+    return re.search(r"[\u4e00-\u9fff]", text) is not None
+
+
+def test_chinese_pages_read_chinese(visit):
+    """A translated chapter's title and prose are Chinese, its code is
+    the English build's."""
+    page = visit(f"{ZH}/01_attention.html", typeset=False).page
+    title = page.locator("article h1").inner_text()
+    assert has_chinese(title), f"the title is not translated: {title!r}"
+    prose = page.locator("article p").all_inner_texts()
+    share = sum(map(has_chinese, prose)) / max(len(prose), 1)
+    assert share > 0.5, f"{share:.0%} of chapter 1's paragraphs are Chinese"
+    english = visit("01_attention.html", typeset=False).page
+    code = english.locator(".cell_input pre").all_inner_texts()
+    assert page.locator(".cell_input pre").all_inner_texts() == code
+
+
+def test_chinese_search_finds_attention(visit):
+    """Sphinx's Chinese search (jieba's words) finds chapter 1 by 注意力."""
+    page = visit(f"{ZH}/search.html?q=注意力").page
+    page.wait_for_function(SEARCH_FINISHED, timeout=WAIT_MS)
+    results = page.locator("#search-results ul.search li a")
+    pages = [
+        results.nth(i).get_attribute("href").split("?")[0].split("#")[0]
+        for i in range(results.count())
+    ]
+    assert "01_attention.html" in pages, f"注意力 found only {pages}"
+
+
+DRAWN_ALIKE = """() => {
+  // Two different characters drawn alike are the boxes of a missing font.
+  const draw = (text) => {
+    const canvas = document.createElement("canvas");
+    canvas.width = 64; canvas.height = 64;
+    const context = canvas.getContext("2d");
+    context.font = "48px sans-serif";
+    context.fillText(text, 4, 52);
+    return Array.from(context.getImageData(0, 0, 64, 64).data).join();
+  };
+  return draw("注") === draw("意");
+}"""
+
+
+def test_browser_draws_chinese(visit):
+    page = visit(f"{ZH}/01_attention.html", typeset=False).page
+    assert not page.evaluate(DRAWN_ALIKE), (
+        "Chinese characters are drawn as boxes: no CJK font (make fonts)"
+    )
+
+
+def test_chinese_teaching_page_links_chinese_decks(visit, book_url):
+    page = visit(f"{ZH}/teaching.html", typeset=False).page
+    links = page.locator("ul.slide-decks a")
+    hrefs = [links.nth(i).get_attribute("href") for i in range(links.count())]
+    assert hrefs == [f"slides/{deck}.html" for deck in DECKS]
+    with page.expect_navigation():
+        links.first.click()
+    assert page.url == f"{book_url}{ZH}/slides/{DECKS[0]}.html"
+    page.wait_for_function("window.Reveal && Reveal.isReady()")
+    title = page.locator("section h1").first.inner_text()
+    assert has_chinese(title), f"the deck's title is English: {title!r}"

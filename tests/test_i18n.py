@@ -1,0 +1,143 @@
+"""The Chinese edition's catalogues and their check (tools/i18n.py), and
+the Chinese slides' lookup (tools/slides.py): a stale, incomplete or
+broken translation fails, naming the page and the message."""
+
+import json
+import sys
+from pathlib import Path
+
+import polib
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import i18n  # noqa: E402 - tools/ is not a package
+import slides  # noqa: E402
+
+CITE = "{cite:t}`vaswani2017attention`"
+
+
+@pytest.mark.parametrize(
+    ("msgid", "msgstr", "problem"),
+    [
+        (f"As {CITE} show", f"如 {CITE} 所示", None),
+        (f"As {CITE} show", "如论文所示", "drops the role"),
+        (f"As {CITE} show", "如 {cite:t}`other2020` 所示", "drops the role"),
+        ("Call `attend(q, k, v)` now", "现在调用 attend", "drops the inline code"),
+        ("The score $q \\cdot k$ is", "分数 $q k$ 是", "drops the maths"),
+        ("See [chapter 1](01_attention)", "见[第 1 章](01_masks)", "drops the link"),
+        ("Note[^a] here", "注意这里", "drops the footnote"),
+        ("1. Attention", "1. 注意力", "numbered list"),
+        ("1. Attention", "1\\. 注意力", None),
+        ("A plain sentence", "一个普通的句子，加上 `code`", "adds the inline code"),
+    ],
+)
+def test_entry_problems(msgid, msgstr, problem):
+    found = i18n.entry_problems(msgid, msgstr)
+    if problem is None:
+        assert found == []
+    else:
+        assert any(problem in p for p in found), found
+
+
+def test_code_inside_a_role_or_maths_is_not_inline_code():
+    carried = i18n.carried("A {ref}`sec-x` and $`a`$ and `b`")
+    assert carried[("inline code", "`b`")] == 1
+    assert not any(k == "inline code" and v != "`b`" for k, v in carried)
+
+
+@pytest.fixture
+def locales(tmp_path, monkeypatch):
+    folder = tmp_path / "zh_CN" / "LC_MESSAGES"
+    folder.mkdir(parents=True)
+    monkeypatch.setattr(i18n, "LOCALES", tmp_path)
+    return folder
+
+
+def catalogue(path: Path, entries: list[tuple[str, str, bool]]) -> None:
+    po = polib.POFile()
+    for msgid, msgstr, fuzzy in entries:
+        po.append(polib.POEntry(msgid=msgid, msgstr=msgstr,
+                                flags=["fuzzy"] if fuzzy else []))  # fmt: skip
+    po.save(str(path))
+
+
+def test_complete_page_with_fuzzy_or_empty_fails(locales, capsys):
+    catalogue(locales / "01_a.po", [("One", "一", False), ("Two", "二", True),
+                                    ("Three", "", False)])  # fmt: skip
+    assert i18n.check() == 0  # not marked complete: counted, not failed
+    out = capsys.readouterr().out
+    assert "01_a" in out and "    1     1     1  in progress" in out
+    (locales.parent / "status.json").write_text(json.dumps({"01_a": "complete"}))
+    assert i18n.check() == 1
+    out = capsys.readouterr().out
+    assert "marked complete, but 1 fuzzy and 1 untranslated" in out
+    assert "fuzzy: 'Two'" in out and "untranslated: 'Three'" in out
+
+
+def test_broken_translation_fails_anywhere(locales, capsys):
+    catalogue(locales / "02_b.po", [(f"Per {CITE}", "按论文", False)])
+    assert i18n.check() == 1
+    assert "drops the role" in capsys.readouterr().out
+
+
+def test_status_names_a_missing_page_or_bad_state(locales, capsys):
+    status = locales.parent / "status.json"
+    status.write_text(json.dumps({"09_missing": "complete"}))
+    assert i18n.check() == 1
+    assert "09_missing is marked complete but has no catalogue" in (
+        capsys.readouterr().out
+    )
+    status.write_text(json.dumps({"01_a": "done"}))
+    with pytest.raises(SystemExit, match="'complete' or 'in progress'"):
+        i18n.check()
+
+
+def test_unreadable_catalogue_is_a_defect(locales, capsys):
+    (locales / "03_c.po").write_text('msgid "a"\nmsgstr "b"\nnot a catalogue\n')
+    assert i18n.check() == 1
+    assert "cannot be read as a catalogue" in capsys.readouterr().out
+
+
+def test_edition_files(tmp_path, monkeypatch):
+    monkeypatch.setattr(i18n, "I18N_BUILD", tmp_path)
+    config, toc = i18n.edition_files("zh_CN")
+    text, contents = config.read_text(), toc.read_text()
+    assert "title: transformer-lite 中文版" in text
+    assert "language: zh_CN" in text and f"[{i18n.LOCALES}]" in text
+    assert f"cache: {i18n.BUILD / '.jupyter_cache'}" in text
+    assert "caption: 章节" in contents and "caption: Chapters" not in contents
+    english, english_toc = i18n.edition_files("en")
+    assert "language:" not in english.read_text()
+    assert english_toc.read_text() == (i18n.NOTEBOOKS / "_toc.yml").read_text()
+
+
+def test_the_book_catalogues_pass_their_check(capsys):
+    """The catalogues in the repository: no broken translation, and every
+    page marked complete is complete (``make translations``)."""
+    assert i18n.check(quiet=True) == 0, capsys.readouterr().out
+
+
+def test_every_page_has_a_catalogue():
+    pages = [p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py")]
+    pages += ["teaching", "glossary", "bibliography", "syllabus"]
+    folder = i18n.LOCALES / "zh_CN" / "LC_MESSAGES"
+    missing = [p for p in pages if not (folder / f"{p}.po").exists()]
+    assert not missing, f"no catalogue for {missing}: make translations-update"
+
+
+def test_slides_look_up_headings_and_bullets(tmp_path, monkeypatch):
+    folder = tmp_path / "zh_CN" / "LC_MESSAGES"
+    folder.mkdir(parents=True)
+    catalogue(folder / "01_a.po", [
+        ("1. Attention", "1\\. 注意力", False),
+        ("The scores are scaled by the root of the width.", "分数按宽度的平方根缩放。",
+         False),
+        ("Stale bullet", "过时的", True),
+    ])  # fmt: skip
+    monkeypatch.setattr(slides, "LOCALES", tmp_path)
+    tr = slides.Catalogue("zh_CN", "01_a")
+    assert tr("1. Attention") == "1. 注意力"  # the heading's escape undone
+    summary = "- The scores are scaled by\n  the root of the width.\n- Stale bullet\n"
+    assert tr.markdown(summary) == "- 分数按宽度的平方根缩放。\n- Stale bullet\n"
+    assert slides.Catalogue("en", "01_a")("1. Attention") == "1. Attention"

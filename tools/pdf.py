@@ -1,0 +1,218 @@
+"""One PDF per edition of the book (``make pdf``), offline.
+
+Each edition is built once more as a single HTML page (Sphinx's
+``singlehtml`` builder, from the English build's execution cache: no
+chapter runs again), opened in headless Chromium (Debian's, driven by
+``playwright`` as the browser tests drive it) from a server on
+127.0.0.1 that answers nothing outside the page, and printed once its
+maths is typeset and its charts are drawn. Before printing, a table of
+contents of the chapters and their sections is put at the front, each
+entry a link; the PDF's outline (the reader's bookmarks) comes from the
+same headings. Every chapter starts on a new page; the footer numbers the
+pages. Equations keep the numbers MathJax gives them in the book.
+
+::
+
+    python tools/pdf.py             # both editions -> _build/pdf/*.pdf
+    python tools/pdf.py --language zh_CN
+
+Run after ``make book`` (and ``make book-zh`` for the Chinese PDF).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import i18n  # noqa: E402  (tools/i18n.py: the editions' configs)
+
+ROOT = i18n.ROOT
+OUT = ROOT / "_build" / "pdf"
+# The edition's language -> its PDF and the words of its front matter.
+EDITIONS = {
+    "en": ("transformer-lite.pdf", "Contents"),
+    "zh_CN": ("transformer-lite-zh.pdf", "目录"),
+}
+WAIT_MS = 240_000  # the whole book's maths, typeset in one page
+
+# Run in the page before printing: wait for MathJax and the charts.
+TYPESET = """async () => {
+  if (window.MathJax && MathJax.startup) await MathJax.startup.promise;
+  const charts = () => [...document.querySelectorAll('div[id^="altair-viz-"]')]
+    .filter(c => !c.querySelector("svg, canvas")).length;
+  for (let i = 0; i < 600 && charts(); i++)
+    await new Promise(r => setTimeout(r, 100));
+  const images = [...document.images];
+  images.forEach(i => { i.loading = "eager"; });
+  await Promise.all(images.map(i => i.decode().catch(() => null)));
+  return {
+    math: document.querySelectorAll("mjx-container").length,
+    errors: document.querySelectorAll("mjx-merror").length,
+    charts_left: charts(),
+  };
+}"""
+
+# The front matter: a linked table of contents of h1 (chapters) and h2.
+CONTENTS = """(heading) => {
+  const main = document.querySelector("main article, article, main");
+  const nav = document.createElement("nav");
+  nav.className = "tl-pdf-contents";
+  nav.innerHTML = "<h1>" + heading + "</h1>";
+  const list = document.createElement("ul");
+  let chapter = null, count = 0;
+  for (const h of main.querySelectorAll("section > h1, section > h2")) {
+    const section = h.parentElement;
+    if (!section.id) continue;
+    const text = h.textContent.replace(/#\\s*$/, "").trim();
+    const item = document.createElement("li");
+    item.innerHTML = '<a href="#' + section.id + '"></a>';
+    item.firstChild.textContent = text;
+    if (h.tagName === "H1") {
+      list.appendChild(item); chapter = document.createElement("ul");
+      item.appendChild(chapter); count++;
+    } else if (chapter) chapter.appendChild(item);
+  }
+  nav.appendChild(list);
+  main.prepend(nav);
+  return count;
+}"""
+
+PRINT_CSS = """
+@page { size: A4; margin: 18mm 16mm 20mm 16mm; }
+.bd-header-announcement, .bd-header, .bd-sidebar-primary,
+.bd-sidebar-secondary, .header-article, footer, .prev-next-area,
+.tl-edition-switch { display: none !important; }
+.bd-main .bd-content .bd-article-container { max-width: 100% !important; }
+nav.tl-pdf-contents { break-after: page; }
+nav.tl-pdf-contents ul ul { font-size: 0.9em; }
+nav.tl-pdf-contents a { text-decoration: none; }
+main section > h1 { break-before: page; }
+div.cell_output img, div.cell_output svg { max-width: 100%; }
+pre { white-space: pre-wrap; }
+"""
+
+FOOTER = (
+    '<div style="font-size:8px;width:100%;text-align:center;color:#555">'
+    '<span class="pageNumber"></span> / <span class="totalPages"></span>'
+    "</div>"
+)
+
+
+class QuietHandler(SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):
+        pass
+
+
+def singlehtml(language: str) -> Path:
+    """Build the edition as one page; return its folder."""
+    config, toc = i18n.edition_files(language)
+    out = OUT / f"{i18n.LANGUAGES.get(language, language)}-singlehtml"
+    subprocess.run(
+        [i18n._bin("jupyter-book"), "build", str(i18n.NOTEBOOKS),
+         "--config", str(config), "--toc", str(toc),
+         "--path-output", str(out), "--builder", "singlehtml",
+         "-W", "--keep-going"],
+        check=True,
+    )  # fmt: skip
+    return out / "_build" / "singlehtml"
+
+
+def print_pdf(site: Path, target: Path, contents_word: str) -> dict:
+    """Print ``site/index.html`` to ``target``; return what was drawn."""
+    from playwright.sync_api import sync_playwright
+
+    sys.path.insert(0, str(ROOT / "tests" / "browser"))
+    from conftest import CHROMIUM_FLAGS  # the browser tests' own flags
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        raise SystemExit("chromium not found: apt-get install chromium")
+    handler = functools.partial(QuietHandler, directory=str(site))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/"
+    outside: list[str] = []
+    try:
+        with sync_playwright() as playwright:
+            browser = playwright.chromium.launch(
+                executable_path=executable, headless=True,
+                args=CHROMIUM_FLAGS,
+            )  # fmt: skip
+            page = browser.new_page()
+
+            def only_local(route):
+                if route.request.url.startswith(url):
+                    route.continue_()
+                else:
+                    outside.append(route.request.url)
+                    route.abort()
+
+            page.route("**/*", only_local)
+            page.goto(url + "index.html", wait_until="load", timeout=WAIT_MS)
+            page.set_default_timeout(WAIT_MS)
+            drawn = page.evaluate(TYPESET)
+            drawn["chapters"] = page.evaluate(CONTENTS, contents_word)
+            page.add_style_tag(content=PRINT_CSS)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            page.pdf(
+                path=str(target), format="A4", print_background=True,
+                outline=True, tagged=True, display_header_footer=True,
+                header_template="<span></span>", footer_template=FOOTER,
+                margin={"top": "18mm", "bottom": "20mm",
+                        "left": "16mm", "right": "16mm"},
+            )  # fmt: skip
+            browser.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    drawn["outside"] = outside
+    return drawn
+
+
+def make(language: str) -> Path:
+    name, contents_word = EDITIONS[language]
+    start = time.perf_counter()
+    site = singlehtml(language)
+    built = time.perf_counter()
+    target = OUT / name
+    drawn = print_pdf(site, target, contents_word)
+    printed = time.perf_counter()
+    problems = []
+    if drawn["outside"]:
+        problems.append(f"requests outside the book: {drawn['outside'][:5]}")
+    if drawn["errors"]:
+        problems.append(f"{drawn['errors']} MathJax errors")
+    if drawn["charts_left"]:
+        problems.append(f"{drawn['charts_left']} charts not drawn")
+    if problems:
+        raise SystemExit(f"{target}: " + "; ".join(problems))
+    from pypdf import PdfReader
+
+    pages = len(PdfReader(str(target)).pages)
+    print(f"{target}: {pages} pages, {target.stat().st_size / 2**20:.1f} MiB, "
+          f"{drawn['chapters']} chapters in the contents, {drawn['math']} "
+          f"formulas; built in {built - start:.0f} s, printed in "
+          f"{printed - built:.0f} s")  # fmt: skip
+    return target
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--language", choices=sorted(EDITIONS), action="append",
+                        help="an edition (default: both)")  # fmt: skip
+    args = parser.parse_args(argv)
+    for language in args.language or sorted(EDITIONS):
+        make(language)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
