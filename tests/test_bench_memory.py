@@ -62,6 +62,21 @@ def test_peak_memory_leaves_out_what_a_device_keeps_after_first_use(
     assert peak_memory(fn) == 1000
 
 
+def test_the_warm_up_products_run_inside_no_grad():
+    """The benchmark and chapter 8 measure under ``torch.no_grad()``; the
+    warm-up's backward pass must still run there (it raised 'element 0
+    of tensors does not require grad' on the first GPU run)."""
+    with torch.no_grad():
+        memory.first_products(torch.device("cpu"))
+        assert not torch.is_grad_enabled()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_peak_memory_on_cuda_inside_no_grad():
+    with torch.no_grad():
+        assert peak_memory(lambda: torch.ones(1000, device="cuda"), "cuda") >= 4000
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_peak_memory_on_cuda_leaves_out_the_cublas_workspace():
     torch._C._cuda_clearCublasWorkspaces()

@@ -325,6 +325,9 @@ def tests_section(out: Report) -> None:
     out("\nCUDA test cases (pytest -k cuda):")
     command = [sys.executable, "-m", "pytest", "tests", "-q"]
     command += ["-p", "no:cacheprovider", "-m", "not browser", "-k", "cuda"]
+    # A GPU machine's image may lack the book's own tools (Chromium's
+    # driver, the catalogue readers): the CUDA cases need none of them.
+    command += ["--ignore=tests/browser", "--continue-on-collection-errors"]
     code, seconds, text = run(out, "cuda-tests", command, 180)
     out(f"  {last_line(text)} ({seconds:.0f} s)")
 

@@ -45,10 +45,18 @@ def warm_up_device(device: torch.device) -> None:
     """
     if device.type != "cuda":
         return
-    for dtype in (torch.float32, torch.bfloat16, torch.float16):
-        a = torch.ones(16, 16, device=device, dtype=dtype, requires_grad=True)
-        F.linear(a, a, a[0]).sum().backward()
+    first_products(device)
     torch.cuda.synchronize(device)
+
+
+def first_products(device: torch.device) -> None:
+    """One small product with a bias, forward and backward, in each of
+    float32, bfloat16 and float16 on ``device``. Autograd is switched on
+    for it: callers measure inside ``torch.no_grad()``."""
+    with torch.enable_grad():
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            a = torch.ones(16, 16, device=device, dtype=dtype, requires_grad=True)
+            F.linear(a, a, a[0]).sum().backward()
 
 
 def peak_memory(
