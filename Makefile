@@ -166,6 +166,7 @@ translations: install  ## every catalogue's counts; fail on a broken or stale tr
 # page shows the English until a translator confirms them), new ones are
 # added empty. Translate them, then `make translations`.
 translations-update: install  ## merge the book's current English messages into the catalogues
+	$(BIN)/python tools/book_assets.py
 	$(BIN)/python tools/i18n.py pot
 	$(BIN)/python tools/i18n.py update
 

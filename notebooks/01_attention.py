@@ -618,8 +618,9 @@ assert largest_difference < 1e-12, largest_difference
 # take about $2 L^2 d_k$ multiply-adds. The paper's comparison
 # (Table 1) puts it as $O(n^2 \cdot d)$ work per self-attention layer
 # against $O(n \cdot d^2)$ for a recurrent one: cheaper while the
-# sequence is shorter than the model is wide, quadratically dearer
-# beyond. Doubling the length quadruples the memory and, once the
+# sequence is shorter than the model is wide, dearer beyond, and by a
+# margin that grows with the length, since attention's own cost grows
+# with its square. Doubling the length quadruples the memory and, once the
 # matrices are large enough to dominate, the time.
 #
 # Let us measure one head with $d_k = 64$ on the chosen device, at
@@ -1147,10 +1148,10 @@ with exercise("1.6", prediction=True):
 # Decide before you run the cell below it. Score the queries 32 rows
 # at a time, as your `chunked_attention` of exercise 1.5 does with
 # `chunk = 32`, so that the whole $(L, L)$ matrix never exists at once.
-# Double the length $L$ from 256 to 512. By what factor grows (a) the
-# largest block of weights held at once, and (b) the work: the number
-# of query-key scores computed in all (each a dot product of $d_k$
-# multiply-adds, and as many again to weigh the values)? Set
+# Double the length $L$ from 256 to 512. By what factor do they grow:
+# (a) the largest block of weights held at once, and (b) the work, the
+# number of query-key scores computed in all (each a dot product of
+# $d_k$ multiply-adds, and as many again to weigh the values)? Set
 # `prediction` to a pair of factors, `(memory, work)`, each one of 1,
 # 2, 4 or 8; then run the experiment and the check.
 

@@ -707,7 +707,7 @@ plt.show()
 # Both networks learn the task, and more labels help both. But the two
 # curves lie on top of each other. Over the book's sweep (12 runs; the
 # table gives the mean and the range of the balanced test accuracy, in
-# %):
+# per cent):
 #
 # | labels | passages | pretrained | from scratch | gain |
 # |---|---|---|---|---|
@@ -781,7 +781,7 @@ show(LoRALinear.forward, LoRALinear.merge)
 # width 64, rotary positions, the output layer tied to the embedding,
 # 300 steps of 32 segments of 32 tokens on the general text. Each
 # adaptation then takes 100 steps of 16 segments of the domain's text,
-# a little over one pass over its 25,000 tokens: full fine-tuning at a
+# about two passes over its 25,000 tokens: full fine-tuning at a
 # peak learning rate of $10^{-3}$, LoRA (with $\alpha = 2r$, so the
 # update's scale $\alpha / r$ is 2 at every rank) at
 # $5 \times 10^{-3}$, since its update starts at zero and has further

@@ -52,7 +52,7 @@ TITLES = {"zh_CN": "transformer-lite 中文版"}
 # The table of contents' part captions (not messages: _toc.yml is not a
 # page), each edition's own.
 CAPTIONS = {
-    "zh_CN": {"Chapters": "章节", "Reference": "参考", "Teaching": "教学"},
+    "zh_CN": {"Chapters": "章节", "Reference": "参考资料", "Teaching": "教学"},
 }
 # Pages whose messages are not translated: the API reference is the
 # package's docstrings, which stay English in every edition.
