@@ -218,3 +218,17 @@ def test_author_year_pattern_catches_hand_citations():
         assert AUTHOR_YEAR.search(text), text
     for text in ("Table 3", "section 3.2.2", "in 2017 the paper", "L = 2048"):
         assert not AUTHOR_YEAR.search(text), text
+
+
+@pytest.mark.parametrize(
+    "path", CHAPTERS + sorted(NOTEBOOKS.glob("*.md")), ids=lambda p: p.name
+)
+def test_no_prose_line_starts_with_a_percent_sign(path):
+    """MyST reads a line that starts with ``%`` as a comment and drops it
+    from the page: chapter 13's "in\\n%):" lost its unit that way."""
+    dropped = [
+        line
+        for line in markdown_of(path).splitlines()
+        if line.startswith("%")
+    ]
+    assert not dropped, f"{path.name}: lines MyST drops as comments: {dropped}"
