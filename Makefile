@@ -13,7 +13,7 @@ IPYNB  := $(NOTEBOOKS:.py=.ipynb)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test contracts unit nbval seed-sweep book \
-  book-zh translations translations-update fonts \
+  book-zh translations translations-update fonts pdf \
   browser-test lab lint bench bench-profile gpu-check clean assignments slides \
   student-kit student-lab \
   chapter-times
@@ -45,6 +45,7 @@ test:  ## everything: contracts, unit tests, every notebook, the book, the slide
 	@$(PHASE) book -- $(MAKE) --no-print-directory book
 	@$(PHASE) book-zh -- $(MAKE) --no-print-directory book-zh BOOK_ZH_NEED=
 	@$(PHASE) slides -- $(MAKE) --no-print-directory slides SLIDES_NEED=
+	@$(PHASE) pdf -- $(MAKE) --no-print-directory pdf PDF_NEED=
 	@$(PHASE) browser -- $(MAKE) --no-print-directory browser-test \
 	  BROWSER_NEED=
 	@$(PYTHON) tools/test_phases.py report
@@ -177,7 +178,16 @@ slides: $(SLIDES_NEED)  ## a reveal.js deck per chapter, in each edition, cut fr
 	$(BIN)/python tools/slides.py
 	$(BIN)/python tools/slides.py --language zh_CN
 
-BROWSER_NEED ?= book book-zh slides
+# Each edition as one PDF (tools/pdf.py): a single-page build from the
+# English build's execution cache, printed by Debian's Chromium with a
+# linked table of contents and the outline of the chapters' headings.
+PDF_NEED ?= book book-zh
+pdf: install fonts $(PDF_NEED)  ## one PDF per edition (_build/pdf), printed offline by Chromium
+	command -v chromium >/dev/null || \
+	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
+	$(BIN)/python tools/pdf.py
+
+BROWSER_NEED ?= book book-zh slides pdf
 browser-test: $(BROWSER_NEED)  ## the book, the slides and the student edition in JupyterLab, in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }

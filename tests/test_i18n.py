@@ -23,13 +23,25 @@ CITE = "{cite:t}`vaswani2017attention`"
         (f"As {CITE} show", f"如 {CITE} 所示", None),
         (f"As {CITE} show", "如论文所示", "drops the role"),
         (f"As {CITE} show", "如 {cite:t}`other2020` 所示", "drops the role"),
-        ("Call `attend(q, k, v)` now", "现在调用 attend", "drops the inline code"),
+        (
+            "Call `attend(q, k, v)` now",
+            "现在调用 attend",
+            "drops the inline code",
+        ),
         ("The score $q \\cdot k$ is", "分数 $q k$ 是", "drops the maths"),
-        ("See [chapter 1](01_attention)", "见[第 1 章](01_masks)", "drops the link"),
+        (
+            "See [chapter 1](01_attention)",
+            "见[第 1 章](01_masks)",
+            "drops the link",
+        ),
         ("Note[^a] here", "注意这里", "drops the footnote"),
         ("1. Attention", "1. 注意力", "numbered list"),
         ("1. Attention", "1\\. 注意力", None),
-        ("A plain sentence", "一个普通的句子，加上 `code`", "adds the inline code"),
+        (
+            "A plain sentence",
+            "一个普通的句子，加上 `code`",
+            "adds the inline code",
+        ),
     ],
 )
 def test_entry_problems(msgid, msgstr, problem):
@@ -68,7 +80,8 @@ def test_complete_page_with_fuzzy_or_empty_fails(locales, capsys):
     assert i18n.check() == 0  # not marked complete: counted, not failed
     out = capsys.readouterr().out
     assert "01_a" in out and "    1     1     1  in progress" in out
-    (locales.parent / "status.json").write_text(json.dumps({"01_a": "complete"}))
+    status = locales.parent / "status.json"
+    status.write_text(json.dumps({"01_a": "complete"}))
     assert i18n.check() == 1
     out = capsys.readouterr().out
     assert "marked complete, but 1 fuzzy and 1 untranslated" in out
@@ -94,7 +107,8 @@ def test_status_names_a_missing_page_or_bad_state(locales, capsys):
 
 
 def test_unreadable_catalogue_is_a_defect(locales, capsys):
-    (locales / "03_c.po").write_text('msgid "a"\nmsgstr "b"\nnot a catalogue\n')
+    broken = 'msgid "a"\nmsgstr "b"\nnot a catalogue\n'
+    (locales / "03_c.po").write_text(broken)
     assert i18n.check() == 1
     assert "cannot be read as a catalogue" in capsys.readouterr().out
 
@@ -131,13 +145,17 @@ def test_slides_look_up_headings_and_bullets(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     catalogue(folder / "01_a.po", [
         ("1. Attention", "1\\. 注意力", False),
-        ("The scores are scaled by the root of the width.", "分数按宽度的平方根缩放。",
-         False),
+        ("The scores are scaled by the root of the width.",
+         "分数按宽度的平方根缩放。", False),
         ("Stale bullet", "过时的", True),
     ])  # fmt: skip
     monkeypatch.setattr(slides, "LOCALES", tmp_path)
     tr = slides.Catalogue("zh_CN", "01_a")
     assert tr("1. Attention") == "1. 注意力"  # the heading's escape undone
-    summary = "- The scores are scaled by\n  the root of the width.\n- Stale bullet\n"
-    assert tr.markdown(summary) == "- 分数按宽度的平方根缩放。\n- Stale bullet\n"
+    summary = (
+        "- The scores are scaled by\n  the root of the width.\n"
+        "- Stale bullet\n"
+    )
+    translated = "- 分数按宽度的平方根缩放。\n- Stale bullet\n"
+    assert tr.markdown(summary) == translated
     assert slides.Catalogue("en", "01_a")("1. Attention") == "1. Attention"

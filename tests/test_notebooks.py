@@ -227,8 +227,6 @@ def test_no_prose_line_starts_with_a_percent_sign(path):
     """MyST reads a line that starts with ``%`` as a comment and drops it
     from the page: chapter 13's "in\\n%):" lost its unit that way."""
     dropped = [
-        line
-        for line in markdown_of(path).splitlines()
-        if line.startswith("%")
+        line for line in markdown_of(path).splitlines() if line.startswith("%")
     ]
     assert not dropped, f"{path.name}: lines MyST drops as comments: {dropped}"

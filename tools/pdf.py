@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
+import re
 import shutil
 import subprocess
 import sys
@@ -60,25 +62,39 @@ TYPESET = """async () => {
   };
 }"""
 
-# The front matter: a linked table of contents of h1 (chapters) and h2.
+# The front matter: a linked table of contents of the book's pages (the
+# chapters first) and their sections. In the single page every page of the
+# book is a section of class tex2jax_ignore (nested where the toctree sat);
+# the preface's title is an h1, every other page's an h2.
 CONTENTS = """(heading) => {
   const main = document.querySelector("main article, article, main");
+  const name = (h) => h.textContent.replace(/[#\u00b6]\\s*$/, "").trim();
+  const entry = (text, id) => {
+    const item = document.createElement("li");
+    item.innerHTML = '<a href="#' + id + '"></a>';
+    item.firstChild.textContent = text;
+    return item;
+  };
   const nav = document.createElement("nav");
   nav.className = "tl-pdf-contents";
-  nav.innerHTML = "<h1>" + heading + "</h1>";
+  nav.innerHTML = "<h1></h1>";
+  nav.firstChild.textContent = heading;
   const list = document.createElement("ul");
-  let chapter = null, count = 0;
-  for (const h of main.querySelectorAll("section > h1, section > h2")) {
-    const section = h.parentElement;
-    if (!section.id) continue;
-    const text = h.textContent.replace(/#\\s*$/, "").trim();
-    const item = document.createElement("li");
-    item.innerHTML = '<a href="#' + section.id + '"></a>';
-    item.firstChild.textContent = text;
-    if (h.tagName === "H1") {
-      list.appendChild(item); chapter = document.createElement("ul");
-      item.appendChild(chapter); count++;
-    } else if (chapter) chapter.appendChild(item);
+  let count = 0;
+  for (const doc of main.querySelectorAll("section.tex2jax_ignore")) {
+    const h = doc.querySelector(":scope > h1, :scope > h2");
+    if (!h || !doc.id) continue;
+    doc.classList.add("tl-pdf-page");
+    const item = entry(name(h), doc.id);
+    const sections = document.createElement("ul");
+    for (const s of doc.querySelectorAll(
+        ":scope > section:not(.tex2jax_ignore)")) {
+      const sh = s.querySelector(":scope > h2, :scope > h3");
+      if (sh && s.id) sections.appendChild(entry(name(sh), s.id));
+    }
+    if (sections.children.length) item.appendChild(sections);
+    list.appendChild(item);
+    count++;
   }
   nav.appendChild(list);
   main.prepend(nav);
@@ -94,7 +110,8 @@ PRINT_CSS = """
 nav.tl-pdf-contents { break-after: page; }
 nav.tl-pdf-contents ul ul { font-size: 0.9em; }
 nav.tl-pdf-contents a { text-decoration: none; }
-main section > h1 { break-before: page; }
+section.tl-pdf-page { break-before: page; }
+section.tl-pdf-page > h2 { font-size: 2.2em; }
 div.cell_output img, div.cell_output svg { max-width: 100%; }
 pre { white-space: pre-wrap; }
 """
@@ -125,8 +142,19 @@ def singlehtml(language: str) -> Path:
     return out / "_build" / "singlehtml"
 
 
+def root_page() -> str:
+    """The single page's file: the book's root (``index.html`` only
+    redirects to it)."""
+    toc = (i18n.NOTEBOOKS / "_toc.yml").read_text(encoding="utf-8")
+    match = re.search(r"^root:\s*(\S+)", toc, re.M)
+    if match is None:
+        raise SystemExit("notebooks/_toc.yml has no root: line")
+    return Path(match.group(1)).stem + ".html"
+
+
 def print_pdf(site: Path, target: Path, contents_word: str) -> dict:
-    """Print ``site/index.html`` to ``target``; return what was drawn."""
+    """Print the edition's single page to ``target``; return what was
+    drawn."""
     from playwright.sync_api import sync_playwright
 
     sys.path.insert(0, str(ROOT / "tests" / "browser"))
@@ -156,7 +184,7 @@ def print_pdf(site: Path, target: Path, contents_word: str) -> dict:
                     route.abort()
 
             page.route("**/*", only_local)
-            page.goto(url + "index.html", wait_until="load", timeout=WAIT_MS)
+            page.goto(url + root_page(), wait_until="load", timeout=WAIT_MS)
             page.set_default_timeout(WAIT_MS)
             drawn = page.evaluate(TYPESET)
             drawn["chapters"] = page.evaluate(CONTENTS, contents_word)
@@ -197,6 +225,15 @@ def make(language: str) -> Path:
     from pypdf import PdfReader
 
     pages = len(PdfReader(str(target)).pages)
+    summary = {
+        "pages": pages, "bytes": target.stat().st_size,
+        "chapters": drawn["chapters"], "formulas": drawn["math"],
+        "math_errors": drawn["errors"], "charts_left": drawn["charts_left"],
+        "outside_requests": drawn["outside"],
+        "build_s": round(built - start, 1),
+        "print_s": round(printed - built, 1),
+    }  # fmt: skip
+    target.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     print(f"{target}: {pages} pages, {target.stat().st_size / 2**20:.1f} MiB, "
           f"{drawn['chapters']} chapters in the contents, {drawn['math']} "
           f"formulas; built in {built - start:.0f} s, printed in "
@@ -206,7 +243,8 @@ def make(language: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--language", choices=sorted(EDITIONS), action="append",
+    parser.add_argument("--language", choices=sorted(EDITIONS),
+                        action="append",
                         help="an edition (default: both)")  # fmt: skip
     args = parser.parse_args(argv)
     for language in args.language or sorted(EDITIONS):

@@ -176,7 +176,9 @@ IMAGES_PENDING = """async () => {
 
 SEARCH_FINISHED = """() => {
   const summary = document.querySelector("#search-results .search-summary");
-  return summary && /finished|did not match/.test(summary.innerText);
+  // Sphinx's own words, in each edition's language
+  const done = /finished|did not match|搜索完成|没有匹配/;
+  return summary && done.test(summary.innerText);
 }"""
 
 

@@ -55,7 +55,9 @@ def first_products(device: torch.device) -> None:
     for it: callers measure inside ``torch.no_grad()``."""
     with torch.enable_grad():
         for dtype in (torch.float32, torch.bfloat16, torch.float16):
-            a = torch.ones(16, 16, device=device, dtype=dtype, requires_grad=True)
+            a = torch.ones(
+                16, 16, device=device, dtype=dtype, requires_grad=True
+            )
             F.linear(a, a, a[0]).sum().backward()
 
 
