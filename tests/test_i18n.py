@@ -159,3 +159,48 @@ def test_slides_look_up_headings_and_bullets(tmp_path, monkeypatch):
     translated = "- 分数按宽度的平方根缩放。\n- Stale bullet\n"
     assert tr.markdown(summary) == translated
     assert slides.Catalogue("en", "01_a")("1. Attention") == "1. Attention"
+
+
+def test_the_chapter_card_is_rebuilt_in_the_editions_language(monkeypatch):
+    """A chapter's card is a cell output shared with the English build;
+    the Chinese build replaces it (tools/book_extension.py): translated
+    objectives and prerequisites, an untranslated one left English."""
+    import book_extension
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.utils import new_document
+
+    from transformer_lite.classroom import syllabus
+
+    entry = syllabus()[1]
+    first, second = entry.objectives[:2]
+    catalogue = {" ".join(first.split()): "第一个目标", entry.maths: "数学"}
+    document = new_document("01_attention", get_default_settings())
+    card = nodes.container(classes=["cell_output"])
+    card += nodes.paragraph(
+        "", "", nodes.strong(text=book_extension.CARD_HEADING)
+    )
+    document += card
+
+    class App:  # what translate_card reads of Sphinx's application
+        class config:
+            language = "zh_CN"
+
+    monkeypatch.setattr(
+        book_extension, "syllabus_catalogue", lambda app: catalogue
+    )
+    book_extension.translate_card(App, document, "01_attention")
+    text = card.astext()
+    assert "学完本章，你将能够：" in text
+    assert book_extension.CARD_HEADING not in text
+    assert "第一个目标" in text and second in text  # the second: English
+    assert "先修：无需先读其他章节；数学。" in text
+    assert f"阅读约 {entry.reading_minutes} 分钟" in text
+    App.config.language = "en"  # the English build keeps its card
+    english = nodes.container(classes=["cell_output"])
+    english += nodes.paragraph(
+        "", "", nodes.strong(text=book_extension.CARD_HEADING)
+    )
+    document += english
+    book_extension.translate_card(App, document, "01_attention")
+    assert english.astext() == book_extension.CARD_HEADING

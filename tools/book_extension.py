@@ -25,6 +25,11 @@ It does four things jupyter-book does not do on its own:
    (``language: zh_CN``, ``tools/i18n.py``) lives in the English site's
    ``zh/`` folder, so the two links are ``zh/<page>.html`` and
    ``../<page>.html``.
+6. **The chapter's card in the edition's language.** The card at the top
+   of a chapter (objectives, prerequisites, times: ``chapter_card``) is a
+   cell's output, shared with the English build; in another edition it is
+   rebuilt from the syllabus and the edition's ``syllabus`` catalogue
+   (an objective not yet translated stays English).
 """
 
 import importlib.util
@@ -125,6 +130,101 @@ def add_edition_switch(app, pagename, templatename, context, doctree) -> None:
     )
 
 
+# The card's own words, per edition (the objectives and prerequisites come
+# from the catalogue ``syllabus.po``).
+CARD_WORDS = {
+    "zh_CN": {
+        "after": "学完本章，你将能够：",
+        "before": "先修：",
+        "none": "无需先读其他章节",
+        "chapters": "第 {} 章",
+        "join": "、",
+        "time": "时间：",
+        "times": "阅读约 {minutes} 分钟；在一个 CPU 核上运行约 {run}（实测）。",
+        "seconds": "{} 秒",
+        "minutes": "{:.1f} 分钟",
+        "end": "。",
+        "semicolon": "；",
+    },
+}
+CARD_HEADING = "After this chapter you can:"  # chapter_card's first line
+
+
+def card_nodes(number: int, language: str, catalogue: dict) -> list:
+    """The card of chapter ``number`` as docutils nodes, in ``language``;
+    ``catalogue`` maps an English objective or prerequisite to its
+    translation."""
+    from transformer_lite.classroom import syllabus
+
+    words = CARD_WORDS[language]
+    entry = syllabus()[number]
+
+    def tr(text: str) -> str:
+        return catalogue.get(" ".join(text.split()), text)
+
+    def lead(strong: str, rest: str) -> nodes.paragraph:
+        return nodes.paragraph("", "", nodes.strong(text=strong),
+                               nodes.Text(rest))  # fmt: skip
+
+    goals = nodes.bullet_list(classes=["simple"])
+    for goal in entry.objectives:
+        goals += nodes.list_item("", nodes.paragraph(text=tr(goal)))
+    chapters = (
+        words["chapters"].format(
+            words["join"].join(str(c) for c in entry.chapters)
+        )
+        if entry.chapters
+        else words["none"]
+    )
+    s = entry.running_seconds
+    run = words["seconds"].format(s) if s < 120 else words["minutes"].format(
+        s / 60
+    )
+    times = words["times"].format(minutes=entry.reading_minutes, run=run)
+    return [
+        nodes.paragraph("", "", nodes.strong(text=words["after"])),
+        goals,
+        lead(words["before"],
+             chapters + words["semicolon"] + tr(entry.maths) + words["end"]),
+        lead(words["time"], times),
+    ]  # fmt: skip
+
+
+def syllabus_catalogue(app: Sphinx) -> dict:
+    """English -> translation from the edition's ``syllabus.po`` (fuzzy
+    and untranslated entries left out)."""
+    import polib
+
+    for folder in app.config.locale_dirs:
+        path = (Path(app.confdir) / folder / app.config.language /
+                "LC_MESSAGES" / "syllabus.po")  # fmt: skip
+        if path.exists():
+            return {
+                " ".join(e.msgid.split()): e.msgstr
+                for e in polib.pofile(str(path))
+                if e.msgstr and not e.obsolete and "fuzzy" not in e.flags
+            }
+    return {}
+
+
+def translate_card(app: Sphinx, doctree, docname: str) -> None:
+    """Replace the English card of a chapter by the edition's."""
+    language = app.config.language or "en"
+    number = docname.rsplit("/", 1)[-1][:2]
+    if language not in CARD_WORDS or not number.isdigit():
+        return
+    for container in doctree.findall(nodes.container):
+        if "cell_output" not in container["classes"]:
+            continue
+        strong = next(iter(container.findall(nodes.strong)), None)
+        if strong is None or strong.astext() != CARD_HEADING:
+            continue
+        catalogue = syllabus_catalogue(app)
+        container.children = []
+        container += card_nodes(int(number), language, catalogue)
+        return
+
+
 def docs_to_reread(app, env, added, changed, removed) -> list[str]:
     """Documents to read again besides those whose source changed.
 
@@ -182,6 +282,7 @@ def setup(app: Sphinx) -> dict:
     app.connect("config-inited", use_local_assets)
     app.connect("html-page-context", add_vega_bundle)
     app.connect("html-page-context", add_edition_switch)
+    app.connect("doctree-resolved", translate_card)
     app.connect("html-page-context", offer_executed_notebook, priority=400)
     app.connect("env-get-outdated", docs_to_reread)
     app.connect("env-get-outdated", delete_removed_pages)

@@ -179,7 +179,8 @@ def pot() -> None:
 
 def syllabus_pot() -> None:
     """The chapters' objectives (the slides' first page, the teaching
-    plan's) as one more catalogue, ``syllabus``: they are data in
+    plan's) and prerequisites (the chapter's card) as one more catalogue,
+    ``syllabus``: they are data in
     ``transformer_lite/classroom/syllabus.json``, not a page's text."""
     import polib
 
@@ -192,6 +193,11 @@ def syllabus_pot() -> None:
                 catalogue.append(polib.POEntry(
                     msgid=objective, msgstr="",
                     comment=f"chapter {chapter}'s objectives"))  # fmt: skip
+        maths = data[chapter]["maths"]
+        if catalogue.find(maths) is None:
+            catalogue.append(polib.POEntry(
+                msgid=maths, msgstr="",
+                comment=f"chapter {chapter}'s prerequisites"))  # fmt: skip
     catalogue.save(str(POT_DIR / "syllabus.pot"))
 
 

@@ -7,9 +7,9 @@ chapter runs again), opened in headless Chromium (Debian's, driven by
 127.0.0.1 that answers nothing outside the page, and printed once its
 maths is typeset and its charts are drawn. Before printing, a table of
 contents of the chapters and their sections is put at the front, each
-entry a link; the PDF's outline (the reader's bookmarks) comes from the
-same headings. Every chapter starts on a new page; the footer numbers the
-pages. Equations keep the numbers MathJax gives them in the book.
+entry a link; the PDF's outline (the reader's bookmarks) is written from
+the same entries, each at the page its link leads to. Every page of the
+book starts on a new sheet; the footer numbers the sheets. Equations keep the numbers MathJax gives them in the book.
 
 ::
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -62,43 +63,64 @@ TYPESET = """async () => {
   };
 }"""
 
-# The front matter: a linked table of contents of the book's pages (the
-# chapters first) and their sections. In the single page every page of the
-# book is a section of class tex2jax_ignore (nested where the toctree sat);
-# the preface's title is an h1, every other page's an h2.
+# The front matter: a linked table of contents of the book's pages and
+# their sections. In the single page every page of the book is a section of
+# class tex2jax_ignore, nested where the toctree sat; they are moved to
+# the top level, in order. Sphinx's single page repeats section ids from
+# page to page (every chapter has its "summary"): a repeated id gets the
+# page's id in front, and the page's own links to it follow. Returns the
+# entries, for the outline (tools/pdf.py writes it: Chromium's own repeats
+# some headings' text and runs a wrapped heading's lines together).
 CONTENTS = """(heading) => {
   const main = document.querySelector("main article, article, main");
   const name = (h) => h.textContent.replace(/[#\u00b6]\\s*$/, "").trim();
-  const entry = (text, id) => {
+  const link = (text, id) => {
     const item = document.createElement("li");
     item.innerHTML = '<a href="#' + id + '"></a>';
     item.firstChild.textContent = text;
     return item;
   };
+  const docs = [...main.querySelectorAll("section.tex2jax_ignore")]
+    .filter((doc) => doc.id && doc.querySelector(":scope > h1, :scope > h2"));
+  const seen = new Set();
+  for (const doc of docs) {
+    for (const s of [doc, ...doc.querySelectorAll("[id]")]) {
+      if (s.closest("section.tex2jax_ignore") !== doc && s !== doc) continue;
+      if (!seen.has(s.id)) { seen.add(s.id); continue; }
+      const old = s.id;
+      s.id = doc.id + "--" + old;
+      seen.add(s.id);
+      for (const a of doc.querySelectorAll('a[href="#' + old + '"]'))
+        a.setAttribute("href", "#" + s.id);
+    }
+  }
   const nav = document.createElement("nav");
   nav.className = "tl-pdf-contents";
-  nav.innerHTML = "<h1></h1>";
+  nav.innerHTML = "<h2></h2>";
   nav.firstChild.textContent = heading;
   const list = document.createElement("ul");
-  let count = 0;
-  for (const doc of main.querySelectorAll("section.tex2jax_ignore")) {
-    const h = doc.querySelector(":scope > h1, :scope > h2");
-    if (!h || !doc.id) continue;
+  const entries = [];
+  for (const doc of docs) {
+    main.appendChild(doc);  // in order, each at the top level
     doc.classList.add("tl-pdf-page");
-    const item = entry(name(h), doc.id);
+    const h = doc.querySelector(":scope > h1, :scope > h2");
+    const entry = {title: name(h), id: doc.id, sections: []};
+    const item = link(entry.title, doc.id);
     const sections = document.createElement("ul");
     for (const s of doc.querySelectorAll(
         ":scope > section:not(.tex2jax_ignore)")) {
       const sh = s.querySelector(":scope > h2, :scope > h3");
-      if (sh && s.id) sections.appendChild(entry(name(sh), s.id));
+      if (!sh || !s.id) continue;
+      entry.sections.push({title: name(sh), id: s.id});
+      sections.appendChild(link(name(sh), s.id));
     }
     if (sections.children.length) item.appendChild(sections);
     list.appendChild(item);
-    count++;
+    entries.push(entry);
   }
   nav.appendChild(list);
   main.prepend(nav);
-  return count;
+  return entries;
 }"""
 
 PRINT_CSS = """
@@ -111,6 +133,8 @@ nav.tl-pdf-contents { break-after: page; }
 nav.tl-pdf-contents ul ul { font-size: 0.9em; }
 nav.tl-pdf-contents a { text-decoration: none; }
 section.tl-pdf-page { break-before: page; }
+h2, h3, h4 { break-after: avoid; break-inside: avoid; }
+div.toctree-wrapper > p.caption { display: none !important; }
 section.tl-pdf-page > h2 { font-size: 2.2em; }
 div.cell_output img, div.cell_output svg { max-width: 100%; }
 pre { white-space: pre-wrap; }
@@ -187,12 +211,12 @@ def print_pdf(site: Path, target: Path, contents_word: str) -> dict:
             page.goto(url + root_page(), wait_until="load", timeout=WAIT_MS)
             page.set_default_timeout(WAIT_MS)
             drawn = page.evaluate(TYPESET)
-            drawn["chapters"] = page.evaluate(CONTENTS, contents_word)
+            drawn["entries"] = page.evaluate(CONTENTS, contents_word)
             page.add_style_tag(content=PRINT_CSS)
             target.parent.mkdir(parents=True, exist_ok=True)
             page.pdf(
                 path=str(target), format="A4", print_background=True,
-                outline=True, tagged=True, display_header_footer=True,
+                outline=False, tagged=True, display_header_footer=True,
                 header_template="<span></span>", footer_template=FOOTER,
                 margin={"top": "18mm", "bottom": "20mm",
                         "left": "16mm", "right": "16mm"},
@@ -203,6 +227,45 @@ def print_pdf(site: Path, target: Path, contents_word: str) -> dict:
         server.server_close()
     drawn["outside"] = outside
     return drawn
+
+
+def write_outline(target: Path, contents_word: str, entries: list) -> None:
+    """Give ``target`` an outline of the book's pages and their sections,
+    each entry at the page Chromium put its heading on (the contents'
+    links name them: a named destination per id)."""
+    from pypdf import PdfReader, PdfWriter
+
+    reader = PdfReader(str(target))
+    pages = {  # the names are PDF names: "/" + the element's id
+        name.removeprefix("/"): reader.get_destination_page_number(dest)
+        for name, dest in reader.named_destinations.items()
+    }
+    writer = PdfWriter(clone_from=reader)
+    writer.add_outline_item(title=contents_word, page_number=0)
+    missing = []
+    for entry in entries:
+        if entry["id"] not in pages:
+            missing.append(entry["id"])
+            continue
+        parent = writer.add_outline_item(
+            title=entry["title"], page_number=pages[entry["id"]]
+        )
+        for section in entry["sections"]:
+            if section["id"] in pages:
+                writer.add_outline_item(
+                    title=section["title"],
+                    page_number=pages[section["id"]],
+                    parent=parent,
+                )
+            else:
+                missing.append(section["id"])
+    if missing:
+        raise SystemExit(f"{target}: no destination for {missing[:5]}")
+    writer.page_mode = "/UseOutlines"
+    partial = target.with_suffix(".partial.pdf")
+    with partial.open("wb") as out:
+        writer.write(out)
+    partial.replace(target)
 
 
 def make(language: str) -> Path:
@@ -224,6 +287,9 @@ def make(language: str) -> Path:
         raise SystemExit(f"{target}: " + "; ".join(problems))
     from pypdf import PdfReader
 
+    write_outline(target, contents_word, drawn["entries"])
+    outlined = time.perf_counter()
+    drawn["chapters"] = len(drawn["entries"])
     pages = len(PdfReader(str(target)).pages)
     summary = {
         "pages": pages, "bytes": target.stat().st_size,
@@ -232,6 +298,7 @@ def make(language: str) -> Path:
         "outside_requests": drawn["outside"],
         "build_s": round(built - start, 1),
         "print_s": round(printed - built, 1),
+        "outline_s": round(outlined - printed, 1),
     }  # fmt: skip
     target.with_suffix(".json").write_text(json.dumps(summary, indent=1))
     print(f"{target}: {pages} pages, {target.stat().st_size / 2**20:.1f} MiB, "
@@ -247,8 +314,22 @@ def main(argv: list[str] | None = None) -> int:
                         action="append",
                         help="an edition (default: both)")  # fmt: skip
     args = parser.parse_args(argv)
-    for language in args.language or sorted(EDITIONS):
-        make(language)
+    languages = args.language or sorted(EDITIONS)
+    if len(languages) == 1:
+        make(languages[0])
+        return 0
+    # Each edition's build and print is one process on one core: on two
+    # cores they run side by side.
+    import concurrent.futures
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(
+        max_workers=min(len(languages), os.cpu_count() or 1),
+        mp_context=context,
+    ) as pool:
+        for done in [pool.submit(make, language) for language in languages]:
+            done.result()
     return 0
 
 

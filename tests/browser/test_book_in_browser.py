@@ -473,6 +473,8 @@ def test_chinese_pages_read_chinese(visit):
     prose = page.locator("article p").all_inner_texts()
     share = sum(map(has_chinese, prose)) / max(len(prose), 1)
     assert share > 0.5, f"{share:.0%} of chapter 1's paragraphs are Chinese"
+    card = page.locator(".cell_output strong").first.inner_text()
+    assert card == "学完本章，你将能够：", f"the chapter's card reads {card!r}"
     english = visit("01_attention.html", typeset=False).page
     code = english.locator(".cell_input pre").all_inner_texts()
     assert page.locator(".cell_input pre").all_inner_texts() == code
