@@ -204,3 +204,33 @@ def test_the_chapter_card_is_rebuilt_in_the_editions_language(monkeypatch):
     document += english
     book_extension.translate_card(App, document, "01_attention")
     assert english.astext() == book_extension.CARD_HEADING
+
+
+def test_the_single_page_build_finds_each_cards_chapter(monkeypatch):
+    """In the PDF's single-page build every page sits in the root's
+    doctree, each inside a start_of_file marker naming its page."""
+    import book_extension
+    from docutils import nodes
+    from docutils.frontend import get_default_settings
+    from docutils.utils import new_document
+    from sphinx import addnodes
+
+    from transformer_lite.classroom import syllabus
+
+    monkeypatch.setattr(book_extension, "syllabus_catalogue", lambda app: {})
+    document = new_document("00_preface", get_default_settings())
+    page = addnodes.start_of_file(docname="02_masks")
+    card = nodes.container(classes=["cell_output"])
+    card += nodes.paragraph(
+        "", "", nodes.strong(text=book_extension.CARD_HEADING)
+    )
+    page += card
+    document += page
+
+    class App:
+        class config:
+            language = "zh_CN"
+
+    book_extension.translate_card(App, document, "00_preface")
+    assert syllabus()[2].objectives[0] in card.astext()
+    assert "先修：第 1 章" in card.astext()

@@ -207,22 +207,40 @@ def syllabus_catalogue(app: Sphinx) -> dict:
     return {}
 
 
+def page_of(node, docname: str) -> str:
+    """The page a node belongs to: ``docname``, or in the single-page
+    build (every page inlined in the root's doctree) the page whose
+    ``start_of_file`` marker holds it."""
+    from sphinx import addnodes
+
+    while node is not None:
+        if isinstance(node, addnodes.start_of_file):
+            return node["docname"]
+        node = node.parent
+    return docname
+
+
 def translate_card(app: Sphinx, doctree, docname: str) -> None:
-    """Replace the English card of a chapter by the edition's."""
+    """Replace each English chapter card by the edition's."""
+    from transformer_lite.classroom import syllabus
+
     language = app.config.language or "en"
-    number = docname.rsplit("/", 1)[-1][:2]
-    if language not in CARD_WORDS or not number.isdigit():
+    if language not in CARD_WORDS:
         return
-    for container in doctree.findall(nodes.container):
+    catalogue = None
+    for container in list(doctree.findall(nodes.container)):
         if "cell_output" not in container["classes"]:
             continue
         strong = next(iter(container.findall(nodes.strong)), None)
         if strong is None or strong.astext() != CARD_HEADING:
             continue
-        catalogue = syllabus_catalogue(app)
+        number = page_of(container, docname).rsplit("/", 1)[-1][:2]
+        if not number.isdigit() or int(number) not in syllabus():
+            continue
+        if catalogue is None:
+            catalogue = syllabus_catalogue(app)
         container.children = []
         container += card_nodes(int(number), language, catalogue)
-        return
 
 
 def docs_to_reread(app, env, added, changed, removed) -> list[str]:
