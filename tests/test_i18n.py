@@ -224,7 +224,7 @@ def test_the_single_page_build_finds_each_cards_chapter(monkeypatch):
     card += nodes.paragraph(
         "", "", nodes.strong(text=book_extension.CARD_HEADING)
     )
-    page += card
+    page.children = [card]  # as Sphinx's inline_all_toctrees: no parent
     document += page
 
     class App:

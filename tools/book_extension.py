@@ -140,7 +140,8 @@ CARD_WORDS = {
         "chapters": "第 {} 章",
         "join": "、",
         "time": "时间：",
-        "times": "阅读约 {minutes} 分钟；在一个 CPU 核上运行约 {run}（实测）。",
+        "times": "阅读约 {minutes} 分钟；"
+        "在一个 CPU 核上运行约 {run}（实测）。",
         "seconds": "{} 秒",
         "minutes": "{:.1f} 分钟",
         "end": "。",
@@ -207,17 +208,23 @@ def syllabus_catalogue(app: Sphinx) -> dict:
     return {}
 
 
-def page_of(node, docname: str) -> str:
-    """The page a node belongs to: ``docname``, or in the single-page
-    build (every page inlined in the root's doctree) the page whose
-    ``start_of_file`` marker holds it."""
+def cards(node, page: str):
+    """Each chapter card under ``node``, with the page it belongs to. In
+    the single-page build every page is inlined in the root's doctree
+    inside a ``start_of_file`` marker naming it (whose children do not
+    know their parent, so the walk carries the page down)."""
     from sphinx import addnodes
 
-    while node is not None:
-        if isinstance(node, addnodes.start_of_file):
-            return node["docname"]
-        node = node.parent
-    return docname
+    if isinstance(node, addnodes.start_of_file):
+        page = node["docname"]
+    if isinstance(node, nodes.container) and "cell_output" in node["classes"]:
+        strong = next(iter(node.findall(nodes.strong)), None)
+        if strong is not None and strong.astext() == CARD_HEADING:
+            yield node, page
+            return
+    for child in node.children:
+        if isinstance(child, nodes.Element):
+            yield from cards(child, page)
 
 
 def translate_card(app: Sphinx, doctree, docname: str) -> None:
@@ -228,13 +235,8 @@ def translate_card(app: Sphinx, doctree, docname: str) -> None:
     if language not in CARD_WORDS:
         return
     catalogue = None
-    for container in list(doctree.findall(nodes.container)):
-        if "cell_output" not in container["classes"]:
-            continue
-        strong = next(iter(container.findall(nodes.strong)), None)
-        if strong is None or strong.astext() != CARD_HEADING:
-            continue
-        number = page_of(container, docname).rsplit("/", 1)[-1][:2]
+    for container, page in list(cards(doctree, docname)):
+        number = page.rsplit("/", 1)[-1][:2]
         if not number.isdigit() or int(number) not in syllabus():
             continue
         if catalogue is None:
