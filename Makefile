@@ -191,7 +191,8 @@ BROWSER_NEED ?= book book-zh slides pdf
 browser-test: $(BROWSER_NEED)  ## the book, the slides and the student edition in JupyterLab, in headless Chromium
 	command -v chromium >/dev/null || \
 	  { $(SUDO) apt-get update && $(SUDO) apt-get install -y chromium; }
-	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider
+	$(BIN)/python -m pytest tests/browser -m browser -q -p no:cacheprovider \
+	  $(if $(filter 0,$(WORKERS)),,-n $(WORKERS))
 
 # Jupyter refuses to run as root unless told; containers often are root.
 ALLOW_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)

@@ -19,6 +19,9 @@ CHROMIUM_FLAGS = [
 ]
 
 
+WAIT_MS = 90_000  # the longest wait for a page, its maths or a chart
+
+
 @pytest.fixture(scope="session")
 def browser_context():
     """Headless Chromium with a fresh profile (playwright makes one)."""
@@ -30,6 +33,10 @@ def browser_context():
             executable_path=executable, headless=True, args=CHROMIUM_FLAGS
         )
         context = browser.new_context(viewport={"width": 1280, "height": 900})
+        # make browser-test runs two of these side by side on two cores:
+        # a long chapter's page can take several times its quiet time
+        context.set_default_timeout(WAIT_MS)
+        context.set_default_navigation_timeout(WAIT_MS)
         yield context
         context.close()
         browser.close()

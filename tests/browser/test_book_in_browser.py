@@ -34,6 +34,8 @@ import pytest
 from playwright.sync_api import Page
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
+from .conftest import WAIT_MS  # for pages, MathJax and vega to finish
+
 pytestmark = pytest.mark.browser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,7 +47,6 @@ READING_ORDER = [*CHAPTERS, "api", "glossary", "bibliography", "teaching"]
 DECKS = [c for c in CHAPTERS if not c.startswith("00")]  # make slides
 ZH = "zh"  # the Chinese edition's folder (make book-zh)
 HIDDEN_TAGS = {"remove-cell", "remove-input"}
-WAIT_MS = 20_000  # for MathJax and vega to finish
 
 
 # Fixtures: the book served on 127.0.0.1, and headless Chromium.
