@@ -54,8 +54,11 @@ contracts: install  ## the package's tiers import one way (import-linter)
 	$(BIN)/lint-imports
 
 UNIT_REPORT ?=
+# WORKERS at a time, one thread each, as the chapters run.
 unit: install  ## the package's unit tests
-	$(BIN)/python -m pytest tests -m "not browser and not classroom" -q \
+	$(NBVAL_ENV) $(BIN)/python -m pytest tests \
+	  -m "not browser and not classroom" -q \
+	  $(if $(filter 0,$(WORKERS)),,-n $(WORKERS)) \
 	  $(if $(UNIT_REPORT),--junitxml=$(UNIT_REPORT))
 
 notebooks/%.ipynb: notebooks/%.py
