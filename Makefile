@@ -183,7 +183,7 @@ slides: $(SLIDES_NEED)  ## a reveal.js deck per chapter, in each edition, cut fr
 
 # Each edition as one PDF (tools/pdf.py): a single-page build from the
 # English build's execution cache, printed by Debian's Chromium with a
-# linked table of contents and the outline of the chapters' headings.
+# linked table of contents and an outline of the pages and their sections.
 PDF_NEED ?= book book-zh
 pdf: install fonts $(PDF_NEED)  ## one PDF per edition (_build/pdf), printed offline by Chromium
 	command -v chromium >/dev/null || \

@@ -9,7 +9,7 @@ maths is typeset and its charts are drawn. Before printing, a table of
 contents of the chapters and their sections is put at the front, each
 entry a link; the PDF's outline (the reader's bookmarks) is written from
 the same entries, each at the page its link leads to. Every page of the
-book starts on a new sheet; the footer numbers the sheets. Equations keep the numbers MathJax gives them in the book.
+book starts on a new sheet; the footer numbers the sheets.
 
 ::
 
