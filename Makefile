@@ -71,20 +71,21 @@ notebooks/%.ipynb: notebooks/%.py
 # worker and on one thread (OMP_NUM_THREADS=1): a chapter that asks for
 # two threads while another chapter holds a core waits on its descheduled
 # thread at every operation, and runs many times slower. nbgrader grades
-# every chapter's assignment in the same run (tests/test_assignments.py).
-# The longest files, by their last measured time, start first, so that
-# the workers finish close together; the JUnit report measures them
+# every chapter's assignment in the same run (tests/test_assignments.py),
+# each chapter's grading a piece of work of its own. The longest pieces,
+# by their last measured time, start first (tools/whole_chapters.py), so
+# that the workers finish close together; the JUnit report measures them
 # again, for that order and for the syllabus (make chapter-times).
 NBVAL_ENV := $(if $(filter 0,$(WORKERS)),,OMP_NUM_THREADS=1)
 nbval: install _build/.package-stamp $(IPYNB)  ## execute every chapter as a test (nbval)
 	@if [ -z "$(IPYNB)" ]; then echo "no notebooks yet"; exit 0; fi; \
 	$(NBVAL_ENV) PYTHONPATH=tools $(BIN)/python -m pytest -q \
-	  -p no:cacheprovider -n $(WORKERS) --dist loadfile \
+	  -p no:cacheprovider -n $(WORKERS) \
+	  --dist loadgroup --no-loadscope-reorder -p whole_chapters \
 	  -p nbval_book_cache --book-cache _build/.jupyter_cache --nbval \
 	  --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg \
 	  --junitxml=_build/nbval-junit.xml \
-	  --durations=0 $$($(BIN)/python tools/chapter_times.py \
-	  --longest-first tests/test_assignments.py $(IPYNB))
+	  --durations=0 tests/test_assignments.py $(IPYNB)
 
 assignments: install  ## the graded exercises as nbgrader assignments (_build/classroom)
 	$(BIN)/python tools/assignments.py

@@ -23,11 +23,13 @@ sys.path.insert(0, str(ROOT / "tools"))
 import assignments  # noqa: E402 - tools/ is not a package
 
 pytest.importorskip("nbgrader")
-pytestmark = pytest.mark.classroom  # beside the chapters, in make nbval
+# Beside the chapters, in make nbval, whose workers take each chapter's
+# grading (the tests parametrised by chapter) as a piece of work of its
+# own, and the other tests together (tools/whole_chapters.py).
+pytestmark = pytest.mark.classroom
 # CHAPTERS="01 03" grades those chapters only, while writing exercises
 CHAPTERS = assignments.chapters(os.environ.get("CHAPTERS", "").split())
 VERSIONS = ("instructor", "student", "planted", *assignments.CHEATS)
-REPORT = ROOT / "_build" / "classroom-grades.json"  # the scores, for review
 
 
 def test_every_chapter_has_five_graded_exercises_and_a_planted_error():
@@ -144,53 +146,69 @@ def version_of(job, source: Path, version: str) -> nbformat.NotebookNode:
     return replaced(job, source, cheats)
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """Build every assignment, hand in the three versions of each, and
-    autograde them all: {(chapter, version): (score, max, notebook)}."""
+def grade(path: Path, course: Path) -> dict:
+    """Build chapter ``path``'s assignment in the course folder
+    ``course``, hand in every version of it and autograde them all:
+    {version: (score, max, notebook, job)}. The scores are also written
+    to ``_build/classroom-grades/`` for review (``tools/assignments.py
+    --table``)."""
     from nbgrader.api import Gradebook
     from nbgrader.apps import NbGraderAPI
 
-    course = tmp_path_factory.mktemp("course")
-    jobs = assignments.build(CHAPTERS, course)
+    (job,) = assignments.build([path], course)
     api = NbGraderAPI(config=assignments.course_config(course))
-    results = {}
-    for job in jobs:
-        source = course / "source" / job.name / f"{job.name}.ipynb"
-        release = course / "release" / job.name / f"{job.name}.ipynb"
-        for version in VERSIONS:
-            out = course / "submitted" / version / job.name
+    source = course / "source" / job.name / f"{job.name}.ipynb"
+    release = course / "release" / job.name / f"{job.name}.ipynb"
+    cheats = {c.kind for c in job.cheats}
+    handed_in = []
+    for version in VERSIONS:
+        out = course / "submitted" / version / job.name
+        target = out / f"{job.name}.ipynb"
+        if version in ("instructor", "student"):  # handed in as it is
             out.mkdir(parents=True)
-            target = out / f"{job.name}.ipynb"
-            if version == "instructor":
-                shutil.copy(source, target)
-            elif version == "student":
-                shutil.copy(release, target)
-            elif version == "planted" or any(
-                c.kind == version for c in job.cheats
-            ):
-                nbformat.write(version_of(job, source, version), target)
-            else:
-                continue  # a chapter without cheats of this kind
-            result = api.autograde(job.name, version, force=True, create=True)
-            assert result["success"], result["log"]
+            shutil.copy(source if version == "instructor" else release, target)
+        elif version == "planted" or version in cheats:
+            out.mkdir(parents=True)
+            nbformat.write(version_of(job, source, version), target)
+        else:
+            continue  # a chapter without cheats of this kind
+        result = api.autograde(job.name, version, force=True, create=True)
+        assert result["success"], result["log"]
+        handed_in.append(version)
+    results = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
-        for job in jobs:
-            for version in VERSIONS:
-                if not (course / "submitted" / version / job.name).exists():
-                    continue
-                sub = gradebook.find_submission(job.name, version)
-                path = course / "autograded" / version / job.name
-                notebook = nbformat.read(path / f"{job.name}.ipynb", 4)
-                scores = (sub.score, sub.max_score)
-                results[job.name, version] = (*scores, notebook, job)
-    summary = {
-        f"{name} {version}": result[:2]
-        for (name, version), result in results.items()
-    }
-    REPORT.parent.mkdir(exist_ok=True)
-    REPORT.write_text(json.dumps(summary, indent=1) + "\n")
+        for version in handed_in:
+            sub = gradebook.find_submission(job.name, version)
+            path = course / "autograded" / version / job.name
+            notebook = nbformat.read(path / f"{job.name}.ipynb", 4)
+            results[version] = (sub.score, sub.max_score, notebook, job)
+    assignments.GRADES.mkdir(parents=True, exist_ok=True)
+    scores = {version: r[:2] for version, r in results.items()}
+    report = assignments.GRADES / f"{job.name}.json"
+    report.write_text(json.dumps(scores, indent=1) + "\n")
     return results
+
+
+@pytest.fixture(scope="module")
+def gradings() -> dict:
+    """Each chapter's grading, done once per test process."""
+    return {}
+
+
+@pytest.fixture
+def graded(gradings, chapter, tmp_path_factory):
+    """Chapter ``chapter``'s every version, graded by nbgrader (once):
+    {version: (score, max, notebook, job)}. A grading that failed fails
+    each of the chapter's tests without grading again."""
+    if chapter not in gradings:
+        course = tmp_path_factory.mktemp(f"course-{chapter[:2]}")
+        try:
+            gradings[chapter] = grade(ROOT / "notebooks" / chapter, course)
+        except Exception as error:  # noqa: BLE001 - raised again below
+            gradings[chapter] = error
+    if isinstance(gradings[chapter], Exception):
+        raise gradings[chapter]
+    return gradings[chapter]
 
 
 def failures(notebook) -> dict[str, str]:
@@ -212,14 +230,14 @@ def test_nbgrader_scores_the_three_versions(graded, chapter):
     """The written answers are marked by hand: nbgrader counts their
     points in the maximum and none of them before a teacher marks."""
     name = "ch" + chapter[:2]
-    score, top, notebook, job = graded[name, "instructor"]
+    score, top, notebook, job = graded["instructor"]
     assert top == job.points + job.manual_points and job.points > 0
     assert score == job.points, failures(notebook)
-    score, _, notebook, _ = graded[name, "student"]
+    score, _, notebook, _ = graded["student"]
     assert score == 0
     assert all("NotImplementedError" in text or "NameError" in text
                for text in failures(notebook).values())  # fmt: skip
-    score, _, notebook, _ = graded[name, "planted"]
+    score, _, notebook, _ = graded["planted"]
     failed = failures(notebook)
     planted = f"{name}-ex{job.planted.exercise}-check"
     mine = [text for gid, text in failed.items() if gid.startswith(planted)]
@@ -236,12 +254,11 @@ def test_nbgrader_scores_the_three_versions(graded, chapter):
 def test_a_written_answer_is_the_students_to_write(graded, chapter):
     """The instructor version keeps the model answer and its rubric; the
     student edition leaves the answer cell to the student."""
-    name = "ch" + chapter[:2]
-    job = graded[name, "instructor"][3]
+    job = graded["instructor"][3]
     if not job.written:
         pytest.skip(f"{chapter} asks no written question")
     for version, present in (("instructor", True), ("student", False)):
-        notebook = graded[name, version][2]
+        notebook = graded[version][2]
         answers = [c.source for c in notebook.cells
                    if c.metadata.get("nbgrader", {}).get("grade_id", "")
                    .endswith("-written")]  # fmt: skip
@@ -257,11 +274,11 @@ def test_a_cheat_earns_nothing(graded, chapter, kind):
     """Every check of a cheated exercise fails; a delegating answer is
     refused as one ("asks you to write this yourself"), not by luck."""
     name = "ch" + chapter[:2]
-    cheated = {c.exercise for c in graded[name, "instructor"][3].cheats
+    cheated = {c.exercise for c in graded["instructor"][3].cheats
                if c.kind == kind}  # fmt: skip
     if not cheated:
         pytest.skip(f"{chapter} has no {kind} cheat")
-    _, _, notebook, job = graded[name, kind]
+    _, _, notebook, job = graded[kind]
     failed = failures(notebook)
     for exercise in sorted(cheated):
         prefix = f"{name}-ex{exercise}-check"

@@ -121,19 +121,30 @@ def test_chapter_card_lists_objectives_prerequisites_and_times():
 
 
 def test_running_times_come_from_the_junit_report(tmp_path):
+    cases = [
+        ("notebooks.01_attention.ipynb", "Cell 0", 2.5),
+        ("notebooks.01_attention.ipynb", "Cell 1", 3.0),
+        ("notebooks.07_translation.ipynb", "Cell 0", 9),
+        ("tests.test_assignments", "test_kit", 60),
+        ("tests.test_assignments", "test_a[07_translation.py]", 30),
+        ("tests.test_assignments", "test_b[trivial-07_translation.py]", 4),
+        ("tests.test_assignments", "test_a[01_attention.py]", 5),
+    ]
     report = tmp_path / "junit.xml"
     report.write_text(
         '<testsuites><testsuite name="pytest">'
-        '<testcase classname="notebooks.01_attention.ipynb" time="2.5"/>'
-        '<testcase classname="notebooks.01_attention.ipynb" time="3.0"/>'
-        '<testcase classname="notebooks.07_translation.ipynb" time="9"/>'
-        '<testcase classname="tests.test_assignments" time="60"/>'
-        "</testsuite></testsuites>"
+        + "".join(
+            f'<testcase classname="{where}" name="{name}" time="{seconds}"/>'
+            for where, name, seconds in cases
+        )
+        + "</testsuite></testsuites>"
     )
     assert chapter_times.running_seconds(report) == {
         "01": 6,
         "07": 9,
         "assignments": 60,
+        "07 grading": 34,
+        "01 grading": 5,
     }
 
 
@@ -169,24 +180,38 @@ def test_a_deck_is_cut_from_the_executed_chapter(tmp_path):
     assert "../_static/reveal/reveal.js" in data
 
 
-def test_longest_first_orders_by_the_measured_times():
+def test_make_nbval_hands_out_the_longest_work_first():
+    """tools/whole_chapters.py: a chapter's cells are one piece of work,
+    in their order, and so is each chapter's grading; the pieces go
+    longest first by timings.json, the unmeasured last."""
+    import whole_chapters
+
     timings = json.loads(chapter_times.TIMINGS.read_text())
-    paths = [
-        "notebooks/01_attention.ipynb",
-        "notebooks/99_unmeasured.ipynb",
-        "tests/test_assignments.py",
-        "notebooks/07_translation.ipynb",
+    grading = "tests/test_assignments.py::test_{}[{}07_translation.py]"
+    nodeids = [
+        "notebooks/01_attention.ipynb::Cell 0",
+        "notebooks/07_translation.ipynb::Cell 0",
+        "notebooks/01_attention.ipynb::Cell 1",
+        grading.format("scores", ""),
+        "notebooks/99_unmeasured.ipynb::Cell 0",
+        "tests/test_assignments.py::test_the_student_kit",
+        grading.format("cheat", "trivial-"),
+        "notebooks/07_translation.ipynb::Cell 1",
     ]
-    ordered = chapter_times.longest_first(paths)
-    seconds = [
-        timings.get(chapter_times.timing_key(Path(p).name) or "", {}).get(
-            "running_seconds", 0
-        )
-        for p in ordered
-    ]
+    groups = [whole_chapters.group_of(n) for n in nodeids]
+    assert groups == ["01", "07", "01", "07 grading", "99", "assignments",
+                      "07 grading", "07"]  # fmt: skip
+    order = whole_chapters.longest_first(nodeids)
+    ran = [groups[i] for i in order]
+    seconds = [chapter_times.expected_seconds(g, timings) for g in ran]
     assert seconds == sorted(seconds, reverse=True)
-    assert ordered[-1] == "notebooks/99_unmeasured.ipynb"
-    assert seconds[0] > timings["01"]["running_seconds"]
+    assert ran[:2] == ["07", "07"] and ran[-1] == "99"
+    assert [nodeids[i] for i in order if groups[i] == "01"] == [
+        nodeids[0], nodeids[2]
+    ]  # fmt: skip
+    assert seconds[0] == timings["07"]["running_seconds"] > 0
+    runs = [g for k, g in enumerate(ran) if k == 0 or ran[k - 1] != g]
+    assert len(runs) == len(set(runs)), f"a group split: {ran}"
 
 
 def test_a_syllabus_objective_number_must_exist():

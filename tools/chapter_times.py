@@ -12,11 +12,12 @@
 
 Run after ``make nbval``: ``.venv/bin/python tools/chapter_times.py``
 (``make chapter-times``). Chapters missing from the report keep their
-last measured running time. The nbgrader test's time is kept too, as
-``assignments``: ``--longest-first FILE...`` prints the chapters and that
-test longest first, the order in which ``make nbval`` hands them to its
-workers, so that the two finish close together.
-"""
+last measured running time. The nbgrader tests' times are kept too:
+each chapter's grading as its ``grading_seconds``, the tests of every
+assignment at once as ``assignments``. ``make nbval`` hands the chapters
+and the gradings to its workers longest first by these times
+(``tools/whole_chapters.py``), so that the workers finish close
+together."""
 
 import argparse
 import json
@@ -31,6 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 TIMINGS = ROOT / "transformer_lite" / "classroom" / "timings.json"
 REPORT = ROOT / "_build" / "nbval-junit.xml"
+# A chapter's budget under make nbval: one thread, beside another chapter
+# (alone at two threads it is 3 minutes, measured by hand).
+BUDGET_SECONDS = 240
 WORDS_PER_MINUTE, CODE_LINES_PER_MINUTE = 200, 20
 HIDDEN = {"remove-cell", "planted", "written"}  # written: the model answers
 
@@ -50,45 +54,44 @@ def reading_minutes(path: Path) -> int:
     return math.ceil(words / WORDS_PER_MINUTE + code / CODE_LINES_PER_MINUTE)
 
 
-def timing_key(where: str) -> str | None:
-    """ "NN" for a chapter, "assignments" for the nbgrader test."""
+def timing_key(where: str, name: str = "") -> str | None:
+    """The key of a JUnit test case, from its file (or class) and name:
+    "NN" for a cell of chapter NN, "NN grading" for a test of chapter
+    NN's nbgrader grading, "assignments" for the other nbgrader tests."""
     if "test_assignments" in where:
-        return "assignments"
+        graded = re.search(r"\[(?:\w+-)?(\d\d)_\w+", name)
+        return f"{graded.group(1)} grading" if graded else "assignments"
     match = re.search(r"(?:^|[./])(\d\d)_\w+", where)
     return match.group(1) if match else None
 
 
 def running_seconds(report: Path) -> dict[str, int]:
-    """{"NN": seconds} of every chapter in the JUnit report, and
-    {"assignments": seconds} of the nbgrader test."""
+    """{key: seconds} of every chapter in the JUnit report, of every
+    chapter's grading and of the other nbgrader tests (keys as in
+    :func:`timing_key`)."""
     seconds = defaultdict(float)
     for case in ET.parse(report).getroot().iter("testcase"):
-        key = timing_key(case.get("file") or case.get("classname") or "")
+        where = case.get("file") or case.get("classname") or ""
+        key = timing_key(where, case.get("name", ""))
         if key:
             seconds[key] += float(case.get("time", 0))
     return {key: round(value) for key, value in seconds.items()}
 
 
-def longest_first(paths: list[str]) -> list[str]:
-    """``paths`` by their last measured running time, longest first
-    (unmeasured ones last, in the given order)."""
-    timings = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
-
-    def seconds(path: str) -> int:
-        entry = timings.get(timing_key(Path(path).name) or "", {})
-        return entry.get("running_seconds", 0)
-
-    return sorted(paths, key=seconds, reverse=True)
+def expected_seconds(key: str, timings: dict | None = None) -> int:
+    """The last measured seconds of ``key`` (as in :func:`timing_key`);
+    0 for anything never measured."""
+    if timings is None:
+        timings = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
+    chapter, _, grading = key.partition(" ")
+    field = "grading_seconds" if grading == "grading" else "running_seconds"
+    return timings.get(chapter, {}).get(field, 0)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--report", type=Path, default=REPORT)
-    parser.add_argument("--longest-first", nargs="+", metavar="FILE")
     args = parser.parse_args(argv)
-    if args.longest_first:
-        print("\n".join(longest_first(args.longest_first)))
-        return 0
     old = json.loads(TIMINGS.read_text()) if TIMINGS.is_file() else {}
     ran = running_seconds(args.report) if args.report.is_file() else {}
     timings = {}
@@ -96,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
         key = path.name[:2]
         if key == "00":
             continue
-        seconds = ran.get(key, old.get(key, {}).get("running_seconds"))
+        last = old.get(key, {})
+        seconds = ran.get(key, last.get("running_seconds"))
         if seconds is None:
             print(f"no running time for chapter {key}: run make nbval")
             return 1
         timings[key] = {"reading_minutes": reading_minutes(path),
                         "running_seconds": seconds}  # fmt: skip
+        grading = ran.get(f"{key} grading", last.get("grading_seconds"))
+        if grading is not None:
+            timings[key]["grading_seconds"] = grading
     if "assignments" in ran or "assignments" in old:
         timings["assignments"] = {
             "running_seconds": ran.get(
@@ -110,9 +117,19 @@ def main(argv: list[str] | None = None) -> int:
             )
         }
     TIMINGS.write_text(json.dumps(timings, indent=2) + "\n")
+    over = []
     for key, entry in timings.items():
+        graded = entry.get("grading_seconds")
         print(f"{key}: {entry.get('reading_minutes', '-')} min to read, "
-              f"{entry['running_seconds']} s to run")  # fmt: skip
+              f"{entry['running_seconds']} s to run"
+              + (f", {graded} s to grade" if graded is not None else ""))
+        if key != "assignments" and entry["running_seconds"] > BUDGET_SECONDS:
+            over.append(key)
+    if over:
+        print(f"over the budget of {BUDGET_SECONDS} s a chapter: {over}")
+        return 1
+    print(f"every chapter within its budget of {BUDGET_SECONDS} s "
+          "(one thread, beside another chapter)")
     return 0
 
 
